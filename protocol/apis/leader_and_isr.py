@@ -1,0 +1,60 @@
+"""LeaderAndIsr (key 4): versions 2-4, flexible from v4. Controller to broker.
+
+v2 carries broker_epoch (KIP-380) and groups partitions by topic; v3 adds adding_replicas and
+removing_replicas; v4 is flexible. `partition_epoch` is the field Kafka's ZooKeeper-era schema
+calls ZkVersion: the version of the partition's leader-and-ISR state, which a leader hands back in
+AlterPartition. A broker refuses an older broker_epoch with STALE_BROKER_EPOCH and an older
+controller_epoch with STALE_CONTROLLER_EPOCH.
+"""
+
+from typing import Annotated
+
+from ..api import Api
+from ..schema import Message, V, i16, i32, i64
+
+
+class LeaderAndIsrPartitionState(Message):
+    partition_index: i32 = 0
+    controller_epoch: i32 = 0
+    leader: i32 = 0
+    leader_epoch: i32 = 0
+    isr: list[i32] = []
+    partition_epoch: i32 = 0
+    replicas: list[i32] = []
+    adding_replicas: Annotated[list[i32], V("3+")] = []
+    removing_replicas: Annotated[list[i32], V("3+")] = []
+    is_new: bool = False
+
+
+class LeaderAndIsrTopicState(Message):
+    topic_name: str = ""
+    partition_states: list[LeaderAndIsrPartitionState] = []
+
+
+class LeaderAndIsrLiveLeader(Message):
+    broker_id: i32 = 0
+    host_name: str = ""
+    port: i32 = 0
+
+
+class LeaderAndIsrRequest(Message):
+    controller_id: i32 = 0
+    controller_epoch: i32 = 0
+    broker_epoch: i64 = -1
+    topic_states: list[LeaderAndIsrTopicState] = []
+    live_leaders: list[LeaderAndIsrLiveLeader] = []
+
+
+class LeaderAndIsrPartitionError(Message):
+    topic_name: str = ""
+    partition_index: i32 = 0
+    error_code: i16 = 0
+
+
+class LeaderAndIsrResponse(Message):
+    error_code: i16 = 0
+    partition_errors: list[LeaderAndIsrPartitionError] = []
+
+
+API = Api(key=4, name="LeaderAndIsr", min_version=2, max_version=4, flexible_from=4,
+          request=LeaderAndIsrRequest, response=LeaderAndIsrResponse)

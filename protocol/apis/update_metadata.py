@@ -1,0 +1,56 @@
+"""UpdateMetadata (key 6): versions 5-6, flexible from v6. Controller to broker.
+
+v5 carries broker_epoch (KIP-380) and groups partitions by topic; v6 is flexible. It tells every
+broker the live brokers (with rack and endpoints) and each partition's leader, leader epoch,
+replicas, ISR and offline replicas, which brokers serve in Metadata answers.
+"""
+
+from typing import Annotated
+
+from ..api import Api
+from ..schema import Message, V, i16, i32, i64
+
+
+class UpdateMetadataPartitionState(Message):
+    partition_index: i32 = 0
+    controller_epoch: i32 = 0
+    leader: i32 = 0
+    leader_epoch: i32 = 0
+    isr: list[i32] = []
+    partition_epoch: i32 = 0
+    replicas: list[i32] = []
+    offline_replicas: list[i32] = []
+
+
+class UpdateMetadataTopicState(Message):
+    topic_name: str = ""
+    partition_states: list[UpdateMetadataPartitionState] = []
+
+
+class UpdateMetadataEndpoint(Message):
+    port: i32 = 0
+    host: str = ""
+    listener: str = ""
+    security_protocol: i16 = 0
+
+
+class UpdateMetadataBroker(Message):
+    id: i32 = 0
+    endpoints: list[UpdateMetadataEndpoint] = []
+    rack: Annotated[str | None, V(nullable="0+")] = None
+
+
+class UpdateMetadataRequest(Message):
+    controller_id: i32 = 0
+    controller_epoch: i32 = 0
+    broker_epoch: i64 = -1
+    topic_states: list[UpdateMetadataTopicState] = []
+    live_brokers: list[UpdateMetadataBroker] = []
+
+
+class UpdateMetadataResponse(Message):
+    error_code: i16 = 0
+
+
+API = Api(key=6, name="UpdateMetadata", min_version=5, max_version=6, flexible_from=6,
+          request=UpdateMetadataRequest, response=UpdateMetadataResponse)

@@ -1,0 +1,30 @@
+"""Every API epochlog speaks, by key. ApiVersions answers are built from this table."""
+
+from __future__ import annotations
+
+from .api import Api
+from .apis import (alter_partition, api_versions, broker_heartbeat, broker_registration,
+                   controlled_shutdown, create_partitions, create_topics, delete_topics,
+                   describe_cluster, describe_configs, describe_groups, elect_leaders, fetch,
+                   find_coordinator, heartbeat, init_producer_id, join_group, leader_and_isr,
+                   leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
+                   offset_for_leader_epoch, produce, stop_replica, sync_group, update_metadata)
+from .errors import UnsupportedVersion
+
+_MODULES = (produce, fetch, list_offsets, metadata, leader_and_isr, stop_replica, update_metadata,
+            controlled_shutdown, offset_commit, offset_fetch, find_coordinator, join_group,
+            heartbeat, leave_group, sync_group, describe_groups, list_groups, api_versions,
+            create_topics, delete_topics, init_producer_id, offset_for_leader_epoch,
+            describe_configs, create_partitions, elect_leaders, alter_partition, describe_cluster,
+            broker_registration, broker_heartbeat)
+
+APIS: dict[int, Api] = {m.API.key: m.API for m in _MODULES}
+assert len(APIS) == len(_MODULES), "two API modules declare the same key"
+BY_NAME: dict[str, Api] = {api.name: api for api in APIS.values()}
+
+
+def api_for(key: int) -> Api:
+    api = APIS.get(key)
+    if api is None:
+        raise UnsupportedVersion(key, -1, f"unknown API key {key}")
+    return api
