@@ -79,17 +79,19 @@ class Api:
         return self._encode(False, msg, version)
 
     def _decode(self, is_request: bool, buf: bytes, version: int, pos: int) -> Any:
-        fn = self.decoder(is_request, version)
+        fn = self.decoder(is_request, version)  # outside the try: a codegen bug is no bad input
         try:
             msg, end = fn(buf, pos)
-        except DecodeError:
-            raise
+        except DecodeError as exc:
+            if exc.field:
+                raise
+            raise self._diagnose_decode(is_request, buf, version, pos, exc) from exc
         except Exception as exc:  # a low-level failure: find the field it happened in
             raise self._diagnose_decode(is_request, buf, version, pos, exc) from exc
         if end != len(buf):
-            kind = "request" if is_request else "response"
-            raise DecodeError(f"{len(buf) - end} bytes left over after {self.name} {kind} "
-                              f"v{version}", f"{self.name}.<end>")
+            cls = self.request if is_request else self.response
+            raise DecodeError(f"{len(buf) - end} bytes left over after {cls.__name__} "
+                              f"v{version}", f"{cls.__name__}.<end>")
         return msg
 
     def _encode(self, is_request: bool, msg: Message, version: int) -> bytes:
@@ -97,8 +99,9 @@ class Api:
         if type(msg) is not expected:
             raise EncodeError(f"expected {expected.__name__}, got {type(msg).__name__}")
         out: list[bytes] = []
+        fn = self.encoder(is_request, version)
         try:
-            self.encoder(is_request, version)(msg, out)
+            fn(msg, out)
         except EncodeError:
             raise
         except DecodeError as exc:  # raised by shared helpers for a null that is not allowed

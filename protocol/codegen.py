@@ -404,7 +404,7 @@ class _EncodeGen:
 def build_encoder(cls: type[Message], version: int, flexible: bool) -> Encoder:
     gen = _EncodeGen(version, flexible)
     gen.struct(cls, "obj", cls.__name__)
-    body = "\n".join(gen.w.lines)
+    body = "\n".join(gen.w.lines) or "    pass"
     src = f"def encode(obj, out):\n{body}\n"
     return _compile(src, gen.w.env, "encode", f"encode_{cls.__name__}_v{version}")
 
