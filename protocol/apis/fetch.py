@@ -7,7 +7,6 @@ diverging_epoch answer that followers use to truncate.
 
 from typing import Annotated
 
-import msgspec
 
 from ..api import Api
 from ..schema import Message, Records, V, i8, i16, i32, i64
@@ -46,17 +45,19 @@ class FetchRequest(Message):
     rack_id: Annotated[str, V("11+")] = ""
 
 
-class EpochEndOffset(Message):
+# Frozen: these values answer tagged fields that are usually absent, so one shared default
+# instance serves every partition instead of three new objects per decoded partition.
+class EpochEndOffset(Message, frozen=True):
     epoch: Annotated[i32, V("12+")] = -1
     end_offset: Annotated[i64, V("12+")] = -1
 
 
-class LeaderIdAndEpoch(Message):
+class LeaderIdAndEpoch(Message, frozen=True):
     leader_id: Annotated[i32, V("12+")] = -1
     leader_epoch: Annotated[i32, V("12+")] = -1
 
 
-class SnapshotId(Message):
+class SnapshotId(Message, frozen=True):
     end_offset: i64 = -1
     epoch: i32 = -1
 
@@ -72,9 +73,9 @@ class PartitionData(Message):
     high_watermark: i64 = 0
     last_stable_offset: i64 = -1
     log_start_offset: Annotated[i64, V("5+")] = -1
-    diverging_epoch: Annotated[EpochEndOffset, V("12+", tag=0, tagged="12+")] = msgspec.field(default_factory=EpochEndOffset)
-    current_leader: Annotated[LeaderIdAndEpoch, V("12+", tag=1, tagged="12+")] = msgspec.field(default_factory=LeaderIdAndEpoch)
-    snapshot_id: Annotated[SnapshotId, V("12+", tag=2, tagged="12+")] = msgspec.field(default_factory=SnapshotId)
+    diverging_epoch: Annotated[EpochEndOffset, V("12+", tag=0, tagged="12+")] = EpochEndOffset()
+    current_leader: Annotated[LeaderIdAndEpoch, V("12+", tag=1, tagged="12+")] = LeaderIdAndEpoch()
+    snapshot_id: Annotated[SnapshotId, V("12+", tag=2, tagged="12+")] = SnapshotId()
     aborted_transactions: Annotated[list[AbortedTransaction] | None, V(nullable="0+")] = []
     preferred_read_replica: Annotated[i32, V("11+")] = -1
     records: Records = None
