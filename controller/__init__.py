@@ -1,0 +1,1 @@
+"""The epochlog controller: cluster metadata, broker generations (KIP-380), elections."""
