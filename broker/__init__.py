@@ -1,0 +1,1 @@
+"""The epochlog broker: storage, replication and the API handlers that serve Kafka clients."""

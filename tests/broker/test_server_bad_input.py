@@ -1,0 +1,80 @@
+"""The broker's server meets bad input by closing that one connection; others keep working.
+
+These run the server in-process on 127.0.0.1 with only the handlers that need no cluster
+(ApiVersions); whole-broker tests on real processes come with the broker process itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+
+import pytest
+
+from broker.server import KafkaServer, ServerLimits
+from client.connection import Connection
+from protocol.frames import frame
+from protocol.headers import RequestHeader
+from protocol.registry import APIS
+
+
+@pytest.fixture
+async def server():
+    srv = KafkaServer(app=None, limits=ServerLimits(frame_bytes_max=1 << 20, idle_ms_max=500))
+    host, port = await srv.start("127.0.0.1", 0)
+    yield srv, port
+    await srv.stop()
+
+
+async def _closed_after(port: int, payload: bytes) -> bool:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(payload)
+    await writer.drain()
+    data = await asyncio.wait_for(reader.read(100), 5)
+    writer.close()
+    return data == b""
+
+
+async def test_api_versions_lists_registered_handlers(server) -> None:
+    _, port = server
+    conn = await Connection("127.0.0.1", port).connect()
+    assert conn.server_versions[18] == (0, 3)
+    await conn.close()
+
+
+async def test_unknown_api_versions_version_gets_kip511_answer(server) -> None:
+    _, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(frame(RequestHeader(18, 99, 7, "x").encode(2) + b"\x00\x00\x00"))
+    size, = struct.unpack(">i", await reader.readexactly(4))
+    body = await reader.readexactly(size)
+    assert struct.unpack_from(">i", body)[0] == 7
+    answer = APIS[18].decode_response(body, 0, 4)
+    assert answer.error_code == 35 and (18, 0, 3) in [(k.api_key, k.min_version, k.max_version)
+                                                       for k in answer.api_keys]
+    writer.close()
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x00\x00\x00\x03abc",                               # shorter than a request header
+    frame(RequestHeader(999, 0, 1, "x").encode(1)),         # unknown API key
+    frame(RequestHeader(3, 99, 1, "x").encode(1)),          # version no handler serves
+    struct.pack(">i", 1 << 30) + b"x" * 100,                # over the frame limit
+    frame(RequestHeader(18, 3, 1, "x").encode(2) + b"\xff\xff\xff\xff\xff\xff"),  # bad body
+])
+async def test_bad_input_closes_only_that_connection(server, payload: bytes) -> None:
+    _, port = server
+    healthy = await Connection("127.0.0.1", port).connect()
+    assert await _closed_after(port, payload)
+    # The other connection is untouched and the server still accepts new ones.
+    await healthy.negotiate_versions()
+    again = await Connection("127.0.0.1", port).connect()
+    await again.close()
+    await healthy.close()
+
+
+async def test_idle_connections_are_closed(server) -> None:
+    _, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(reader.read(1), 5) == b""
+    writer.close()
