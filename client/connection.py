@@ -159,7 +159,7 @@ class Connection:
                 return await asyncio.wait_for(asyncio.shield(pending.future), timeout)
             except asyncio.TimeoutError:
                 self._fail(f"{api.name} v{version} got no answer in {timeout:.1f}s")
-                raise RequestTimedOut(f"{self}: {api.name} got no answer in {timeout:.1f}s")
+                raise RequestTimedOut(f"{self}: {api.name} got no answer in {timeout:.1f}s") from None
 
     async def _read_loop(self) -> None:
         assert self._reader is not None

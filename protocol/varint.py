@@ -48,7 +48,7 @@ def read_uvarint(buf: bytes | bytearray | memoryview, pos: int,
     result = 0
     shift = 0
     end = len(buf)
-    for i in range(bytes_max):
+    for _ in range(bytes_max):
         if pos >= end:
             raise DecodeError("varint cut short by the end of the buffer")
         b = buf[pos]
