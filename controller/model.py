@@ -1,0 +1,88 @@
+"""The controller's in-memory model: brokers, topics, partitions, and what goes out to brokers.
+
+Plain mutable classes owned by `ControllerState`; nothing else mutates them. Durable fields are
+set only by `ControllerState.apply` (from records); `Broker.session_deadline_ms` is the one
+volatile field, since sessions do not survive a controller restart (every live broker gets a new
+session deadline when a controller starts).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from protocol.schema import Message
+
+from .records import Listener
+
+ALIVE = "alive"
+SHUTTING_DOWN = "shutting_down"  # in controlled shutdown: keeps its session, leads nothing new
+DEAD = "dead"  # the generation is over; the broker must register again
+BROKER_STATES = (ALIVE, SHUTTING_DOWN, DEAD)
+
+NO_LEADER = -1
+LEADER_DURING_DELETE = -2  # in UpdateMetadata: the partition was deleted (Kafka's marker)
+
+
+@dataclass
+class Broker:
+    broker_id: int
+    broker_epoch: int
+    incarnation_id: uuid.UUID
+    rack: str | None
+    listeners: tuple[Listener, ...]
+    state: str = ALIVE
+    session_deadline_ms: int = 0
+
+    @property
+    def live(self) -> bool:
+        """Has a current generation (alive or shutting down): control requests go to it."""
+        return self.state != DEAD
+
+    @property
+    def eligible(self) -> bool:
+        """May lead and may be in an ISR."""
+        return self.state == ALIVE
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        first = self.listeners[0]
+        return first.host, first.port
+
+
+@dataclass
+class Partition:
+    replicas: tuple[int, ...]
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+
+
+@dataclass
+class Topic:
+    name: str
+    topic_id: uuid.UUID
+    configs: dict[str, str]
+    partitions: dict[int, Partition] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Send:
+    """A control request for one generation of one broker. The sender drops it if that
+    generation is no longer the broker's current one."""
+    broker_id: int
+    broker_epoch: int
+    api_key: int
+    version: int
+    message: Message
+
+
+@dataclass
+class Ready:
+    """What one decision produced: records to persist, then requests to send (in that order)."""
+    records: list = field(default_factory=list)
+    sends: list[Send] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.records or self.sends)

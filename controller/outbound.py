@@ -1,0 +1,101 @@
+"""Control requests to brokers, built from the model: LeaderAndIsr v4, UpdateMetadata v6,
+StopReplica v3.
+
+Every request carries the controller's epoch and the destination's broker epoch (KIP-380); a
+broker refuses older ones (see docs/control-plane.md). Pure functions: no state is read here but
+what the caller passes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+
+from protocol.apis.leader_and_isr import (LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState,
+                                          LeaderAndIsrRequest, LeaderAndIsrTopicState)
+from protocol.apis.stop_replica import (StopReplicaPartitionState, StopReplicaRequest,
+                                        StopReplicaTopicState)
+from protocol.apis.update_metadata import (UpdateMetadataBroker, UpdateMetadataEndpoint,
+                                           UpdateMetadataPartitionState, UpdateMetadataRequest,
+                                           UpdateMetadataTopicState)
+
+from .model import LEADER_DURING_DELETE, Broker, Partition
+
+LEADER_AND_ISR_KEY, LEADER_AND_ISR_VERSION = 4, 4
+STOP_REPLICA_KEY, STOP_REPLICA_VERSION = 5, 3
+UPDATE_METADATA_KEY, UPDATE_METADATA_VERSION = 6, 6
+
+# (topic, partition index, state, is_new)
+LaiItem = tuple[str, int, Partition, bool]
+# (topic, partition index, state or None when deleted (then replicas only))
+UmItem = tuple[str, int, Partition | None, tuple[int, ...]]
+# (topic, partition index, leader epoch, delete the data)
+StopItem = tuple[str, int, int, bool]
+
+
+def leader_and_isr(controller_id: int, controller_epoch: int, broker_epoch: int,
+                   items: Iterable[LaiItem], brokers: Mapping[int, Broker]) -> LeaderAndIsrRequest:
+    by_topic: dict[str, list[LeaderAndIsrPartitionState]] = defaultdict(list)
+    leaders: set[int] = set()
+    for topic, index, p, is_new in items:
+        by_topic[topic].append(LeaderAndIsrPartitionState(
+            partition_index=index, controller_epoch=controller_epoch, leader=p.leader,
+            leader_epoch=p.leader_epoch, isr=list(p.isr), partition_epoch=p.partition_epoch,
+            replicas=list(p.replicas), is_new=is_new))
+        leaders.add(p.leader)
+    live_leaders = []
+    for leader in sorted(leaders):
+        b = brokers.get(leader)
+        if b is not None and b.live:
+            host, port = b.endpoint
+            live_leaders.append(LeaderAndIsrLiveLeader(broker_id=leader, host_name=host,
+                                                       port=port))
+    return LeaderAndIsrRequest(
+        controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
+        topic_states=[LeaderAndIsrTopicState(topic_name=t, partition_states=ps)
+                      for t, ps in sorted(by_topic.items())],
+        live_leaders=live_leaders)
+
+
+def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int,
+                    items: Iterable[UmItem], brokers: Mapping[int, Broker]
+                    ) -> UpdateMetadataRequest:
+    live = {b.broker_id for b in brokers.values() if b.live}
+    by_topic: dict[str, list[UpdateMetadataPartitionState]] = defaultdict(list)
+    for topic, index, p, replicas in items:
+        if p is None:
+            state = UpdateMetadataPartitionState(
+                partition_index=index, controller_epoch=controller_epoch,
+                leader=LEADER_DURING_DELETE, replicas=list(replicas))
+        else:
+            state = UpdateMetadataPartitionState(
+                partition_index=index, controller_epoch=controller_epoch, leader=p.leader,
+                leader_epoch=p.leader_epoch, isr=list(p.isr), partition_epoch=p.partition_epoch,
+                replicas=list(p.replicas),
+                offline_replicas=[r for r in p.replicas if r not in live])
+        by_topic[topic].append(state)
+    return UpdateMetadataRequest(
+        controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
+        topic_states=[UpdateMetadataTopicState(topic_name=t, partition_states=ps)
+                      for t, ps in sorted(by_topic.items())],
+        live_brokers=[_um_broker(b) for _, b in sorted(brokers.items()) if b.live])
+
+
+def stop_replica(controller_id: int, controller_epoch: int, broker_epoch: int,
+                 items: Iterable[StopItem]) -> StopReplicaRequest:
+    by_topic: dict[str, list[StopReplicaPartitionState]] = defaultdict(list)
+    for topic, index, leader_epoch, delete in items:
+        by_topic[topic].append(StopReplicaPartitionState(
+            partition_index=index, leader_epoch=leader_epoch, delete_partition=delete))
+    return StopReplicaRequest(
+        controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
+        topic_states=[StopReplicaTopicState(topic_name=t, partition_states=ps)
+                      for t, ps in sorted(by_topic.items())])
+
+
+def _um_broker(b: Broker) -> UpdateMetadataBroker:
+    return UpdateMetadataBroker(
+        id=b.broker_id, rack=b.rack,
+        endpoints=[UpdateMetadataEndpoint(port=lst.port, host=lst.host, listener=lst.name,
+                                          security_protocol=lst.security_protocol)
+                   for lst in b.listeners])

@@ -1,0 +1,106 @@
+"""The controller's TCP server: Kafka framing and headers, one request at a time per connection.
+
+Rules:
+- Frames larger than `frame_bytes_max` are refused as soon as their size is read (FrameBuffer),
+  and the connection is closed with a logged reason. So is any frame that does not decode, an API
+  the controller does not serve, or a version outside its range (ApiVersions excepted: it answers
+  UNSUPPORTED_VERSION with the controller's ranges in a v0 body, KIP-511).
+- Requests on one connection are answered in order: each is handled to completion (decided,
+  persisted, answered) before the next frame is read from the buffer.
+- Bad input closes only its own connection; the server keeps serving everyone else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from protocol.api import Api
+from protocol.errors import ProtocolError
+from protocol.error_codes import ErrorCode
+from protocol.frames import FrameBuffer, frame
+from protocol.headers import decode_request_header, encode_response_header, peek_request_header
+from protocol.registry import APIS
+
+from .handlers import HANDLERS, api_versions_response
+from .service import ControllerService, FatalError
+
+log = logging.getLogger("epochlog.controller")
+
+READ_BYTES_MAX = 64 * 1024
+API_VERSIONS_KEY = 18
+
+
+class BadRequest(Exception):
+    """A request the controller will not answer; its connection is closed."""
+
+
+class ControlServer:
+    def __init__(self, service: ControllerService, frame_bytes_max: int) -> None:
+        self.service = service
+        self.frame_bytes_max = frame_bytes_max
+        self.server: asyncio.Server | None = None
+        self.connections_closed_for_bad_input = 0
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def listen(self, host: str, port: int) -> tuple[str, int]:
+        self.server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
+        bound = self.server.sockets[0].getsockname()
+        return bound[0], bound[1]
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            for writer in list(self._writers):
+                writer.close()
+            await self.server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        frames = FrameBuffer(self.frame_bytes_max)
+        self._writers.add(writer)
+        try:
+            while True:
+                data = await reader.read(READ_BYTES_MAX)
+                if not data:
+                    break
+                for request in frames.feed(data):
+                    writer.write(self._answer(request))
+                await writer.drain()
+        except (ProtocolError, BadRequest) as exc:
+            self.connections_closed_for_bad_input += 1
+            log.warning("closing connection from %s: %s", peer, exc)
+        except FatalError as exc:
+            log.critical("%s", exc)
+        except (ConnectionError, OSError):
+            pass  # the peer went away
+        except Exception:  # a handler bug: drop this connection, keep the controller serving
+            log.exception("closing connection from %s after an unexpected error", peer)
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    def _answer(self, request: bytes) -> bytes:
+        key, version, correlation_id = peek_request_header(request)
+        served = HANDLERS.get(key)
+        if served is None:
+            raise BadRequest(f"API key {key} is not served by the controller")
+        api = APIS[key]
+        if not served.min_version <= version <= served.max_version:
+            if key == API_VERSIONS_KEY:
+                return self._encode(api, 0, correlation_id,
+                                    api_versions_response(ErrorCode.UNSUPPORTED_VERSION))
+            raise BadRequest(f"{api.name} v{version} is not served (versions "
+                             f"{served.min_version}-{served.max_version})")
+        _, pos = decode_request_header(request, api.request_header_version(version))
+        message = api.decode_request(request, version, pos)
+        if served.handle is None:
+            answer = api_versions_response()
+        else:
+            answer = self.service.handle(served.handle, message, version)
+        return self._encode(api, version, correlation_id, answer)
+
+    @staticmethod
+    def _encode(api: Api, version: int, correlation_id: int, answer: object) -> bytes:
+        header = encode_response_header(correlation_id, api.response_header_version(version))
+        return frame(header + api.encode_response(answer, version))  # type: ignore[arg-type]

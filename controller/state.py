@@ -1,0 +1,674 @@
+"""The controller as a pure state machine: decisions in, records and control requests out.
+
+Theory of operation
+-------------------
+`ControllerState` holds the cluster's metadata: the controller epoch, brokers and their
+generations (broker epochs, KIP-380), topics with their partitions' replicas, leader, leader epoch,
+ISR and partition epoch. It does no I/O and never reads a clock: every method that depends on time
+takes `now_ms`, and randomness (topic ids, where assignment starts) comes from an injected
+`random.Random`. The same code runs in real processes and in a deterministic simulation.
+
+Deciding and applying are separate. A decision (`register_broker`, `expire_sessions`,
+`alter_partition`, `create_topic`, ...) reads the state and emits records; the state changes only
+by `apply(record)`, which is also what a replay of the metadata log runs, so a replay rebuilds
+exactly the state that was decided. Decisions accumulate their records and the control requests
+that follow from them; `take_ready()` hands both over, like etcd-raft's Ready:
+
+    persist before you send: the caller appends `ready.records` to the metadata log and fsyncs
+    BEFORE it sends any of `ready.sends` or answers the request that caused them.
+
+(`ControllerService._commit` is where that rule is enforced.) If the append fails the process must
+stop: the in-memory state would be ahead of the durable one.
+
+KIP-380 handling of broker changes: a registration from a broker id with no live generation is a
+start-up; one while the old generation is still live, from a new process (another incarnation id),
+is a bounce: the old generation fails first (its leaderships are re-elected from the ISR and it
+leaves ISRs), then the new one starts up. A session that expires is a failure. KIP-101: a broker
+that leads a partition after its (re)registration always leads it in a new leader epoch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import uuid
+from collections import Counter
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from protocol.error_codes import ErrorCode
+
+from . import assignment, outbound, topic_settings
+from .model import (ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send,
+                    Topic)
+from .records import (BrokerRegistered, BrokerStateChanged, ControllerStarted, Listener,
+                      PartitionChanged, Record, TopicCreated, TopicDeleted)
+
+log = logging.getLogger("epochlog.controller")
+
+TOPIC_NAME_CHARS_MAX = 249
+TOPIC_PARTITIONS_MAX = 10_000
+TOMBSTONES_MAX = 10_000  # deleted topics remembered for full-state resyncs (volatile)
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
+
+E = ErrorCode
+
+
+@dataclass
+class CreateTopicResult:
+    error: int = 0
+    message: str | None = None
+    topic_id: uuid.UUID = uuid.UUID(int=0)
+    num_partitions: int = -1
+    replication_factor: int = -1
+    configs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class HeartbeatResult:
+    error: int = 0
+    is_fenced: bool = True
+    should_shut_down: bool = False
+
+
+@dataclass
+class _Outbox:
+    """What the decisions since the last take_ready() must tell brokers."""
+    full: set[int] = field(default_factory=set)  # broker ids that get the whole state
+    leader_and_isr: dict[tuple[str, int], bool] = field(default_factory=dict)  # -> is_new
+    metadata: set[tuple[str, int]] = field(default_factory=set)
+    deleted: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)  # -> replicas
+    stop: dict[int, list[outbound.StopItem]] = field(default_factory=dict)
+    brokers_changed: bool = False
+
+
+class ControllerState:
+    def __init__(self, *, controller_id: int = 3000, session_timeout_ms: int = 9000,
+                 topic_defaults: Mapping[str, str] | None = None,
+                 default_num_partitions: int = 1, default_replication_factor: int = -1,
+                 cluster_id: str = "epochlog", rng: random.Random | None = None) -> None:
+        self.controller_id = controller_id
+        self.session_timeout_ms = session_timeout_ms
+        self.topic_defaults = dict(topic_defaults or {})
+        self.default_num_partitions = default_num_partitions
+        self.default_replication_factor = default_replication_factor
+        self.cluster_id = cluster_id
+        self.rng = rng or random.Random()
+        # Durable state: changed only by apply().
+        self.controller_epoch = 0
+        self.next_broker_epoch = 1
+        self.brokers: dict[int, Broker] = {}
+        self.topics: dict[str, Topic] = {}
+        # Volatile.
+        self.counters: Counter[str] = Counter()
+        self.tombstones: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
+        self._records: list[Record] = []
+        self._out = _Outbox()
+
+    # ----------------------------------------------------------------------------- applying
+    def apply(self, record: Record) -> None:
+        """Fold one record into the state (decisions and replay alike)."""
+        match record:
+            case ControllerStarted(controller_epoch=epoch):
+                assert epoch > self.controller_epoch, (epoch, self.controller_epoch)
+                self.controller_epoch = epoch
+            case BrokerRegistered():
+                assert record.broker_epoch >= self.next_broker_epoch, record
+                self.next_broker_epoch = record.broker_epoch + 1
+                self.brokers[record.broker_id] = Broker(
+                    record.broker_id, record.broker_epoch, record.incarnation_id, record.rack,
+                    record.listeners)
+            case BrokerStateChanged(broker_id=bid, broker_epoch=epoch, state=state):
+                broker = self.brokers[bid]
+                assert broker.broker_epoch == epoch, (record, broker)
+                broker.state = state
+            case TopicCreated(name=name, topic_id=topic_id, configs=configs):
+                assert name not in self.topics, name
+                self.topics[name] = Topic(name, topic_id, dict(configs))
+            case PartitionChanged():
+                self.topics[record.topic].partitions[record.partition] = Partition(
+                    record.replicas, record.leader, record.leader_epoch, record.isr,
+                    record.partition_epoch)
+            case TopicDeleted(name=name):
+                del self.topics[name]
+            case _:
+                raise AssertionError(f"unknown record {record!r}")
+
+    def replay(self, records: Sequence[Record]) -> None:
+        for record in records:
+            self.apply(record)
+
+    def _emit(self, record: Record) -> None:
+        self.apply(record)
+        self._records.append(record)
+
+    def take_ready(self) -> Ready:
+        """Records to persist and requests to send since the last call (see the module rule)."""
+        ready = Ready(self._records, self._build_sends())
+        self._records = []
+        self._out = _Outbox()
+        return ready
+
+    def durable_view(self) -> dict:
+        """The durable state as plain data, for comparing a replay with the live state."""
+        return {
+            "controller_epoch": self.controller_epoch,
+            "next_broker_epoch": self.next_broker_epoch,
+            "brokers": {i: (b.broker_epoch, str(b.incarnation_id), b.rack, b.listeners, b.state)
+                        for i, b in sorted(self.brokers.items())},
+            "topics": {n: (str(t.topic_id), t.configs,
+                           {i: (p.replicas, p.leader, p.leader_epoch, p.isr, p.partition_epoch)
+                            for i, p in sorted(t.partitions.items())})
+                       for n, t in sorted(self.topics.items())},
+        }
+
+    # ---------------------------------------------------------------------- controller start
+    def start(self, now_ms: int) -> int:
+        """A controller process starts: a new controller epoch, fresh sessions for the live
+        generations found in the log, and the whole state to each of them."""
+        self._emit(ControllerStarted(self.controller_epoch + 1))
+        for broker in self.brokers.values():
+            if broker.live:
+                broker.session_deadline_ms = now_ms + self.session_timeout_ms
+                self._out.full.add(broker.broker_id)
+        log.info("controller %d started with controller epoch %d (%d live brokers, %d topics)",
+                 self.controller_id, self.controller_epoch,
+                 sum(b.live for b in self.brokers.values()), len(self.topics))
+        return self.controller_epoch
+
+    # -------------------------------------------------------------------------------- brokers
+    def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, rack: str | None,
+                        listeners: Sequence[Listener], now_ms: int,
+                        cluster_id: str = "") -> tuple[int, int]:
+        """(error, broker epoch) for a BrokerRegistration."""
+        if cluster_id and cluster_id != self.cluster_id:
+            log.warning("broker %d refused: cluster id %r is not ours (%r)", broker_id,
+                        cluster_id, self.cluster_id)
+            return E.INCONSISTENT_CLUSTER_ID, -1
+        if broker_id < 0 or not listeners:
+            return E.INVALID_REGISTRATION, -1
+        old = self.brokers.get(broker_id)
+        kind = "start-up"
+        if old is not None and old.live:
+            if old.incarnation_id != incarnation_id:
+                kind = f"bounce (generation {old.broker_epoch} fails first)"
+                self.counters["bounces"] += 1
+                self._fail_generation(old, "bounced")
+            else:
+                kind = f"re-registration of the same process (generation {old.broker_epoch})"
+        epoch = self.next_broker_epoch
+        self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
+        self.brokers[broker_id].session_deadline_ms = now_ms + self.session_timeout_ms
+        self.counters["registrations"] += 1
+        log.info("broker %d registered: generation %d, rack %s, %s:%d, incarnation %s: %s",
+                 broker_id, epoch, rack, listeners[0].host, listeners[0].port, incarnation_id,
+                 kind)
+        self._start_generation(broker_id)
+        return 0, epoch
+
+    def heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int,
+                  want_shut_down: bool = False) -> HeartbeatResult:
+        broker = self._current_generation(broker_id, broker_epoch, "BrokerHeartbeat")
+        if broker is None:
+            return HeartbeatResult(error=E.STALE_BROKER_EPOCH)
+        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        if want_shut_down:
+            remaining = self._shut_down(broker)
+            return HeartbeatResult(is_fenced=True, should_shut_down=not remaining)
+        return HeartbeatResult(is_fenced=not broker.eligible)
+
+    def expire_sessions(self, now_ms: int) -> list[int]:
+        """Fail every live generation whose session deadline has passed; their ids."""
+        expired = [b for b in self.brokers.values()
+                   if b.live and b.session_deadline_ms <= now_ms]
+        for broker in sorted(expired, key=lambda b: b.broker_id):
+            log.warning("broker %d generation %d: session expired (%d ms without heartbeat)",
+                        broker.broker_id, broker.broker_epoch, self.session_timeout_ms)
+            self.counters["sessions_expired"] += 1
+            self._fail_generation(broker, "session expired")
+        return [b.broker_id for b in expired]
+
+    def controlled_shutdown(self, broker_id: int, broker_epoch: int, now_ms: int
+                            ) -> tuple[int, list[tuple[str, int]]]:
+        """(error, partitions the broker still leads). Moves leadership off it first."""
+        if broker_id not in self.brokers:
+            return E.BROKER_NOT_AVAILABLE, []
+        broker = self._current_generation(broker_id, broker_epoch, "ControlledShutdown")
+        if broker is None:
+            return E.STALE_BROKER_EPOCH, []
+        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        return 0, self._shut_down(broker)
+
+    def check_generation(self, broker_id: int, broker_epoch: int, what: str) -> int:
+        """0 when broker_epoch is the broker's live generation, else STALE_BROKER_EPOCH."""
+        ok = self._current_generation(broker_id, broker_epoch, what) is not None
+        return 0 if ok else E.STALE_BROKER_EPOCH
+
+    def _current_generation(self, broker_id: int, broker_epoch: int, what: str
+                            ) -> Broker | None:
+        broker = self.brokers.get(broker_id)
+        if broker is not None and broker.live and broker.broker_epoch == broker_epoch:
+            return broker
+        current = f"generation {broker.broker_epoch} ({broker.state})" if broker else "none"
+        log.warning("fenced %s from broker %d generation %d: its current one is %s",
+                    what, broker_id, broker_epoch, current)
+        self.counters["stale_broker_epoch_refused"] += 1
+        return None
+
+    def _fail_generation(self, broker: Broker, reason: str) -> None:
+        """KIP-380 onBrokerFailure: the generation is over; move what it led, leave ISRs."""
+        bid = broker.broker_id
+        self._emit(BrokerStateChanged(bid, broker.broker_epoch, DEAD))
+        log.info("broker %d generation %d is dead: %s", bid, broker.broker_epoch, reason)
+        self._out.brokers_changed = True
+        for topic, index, p in self._partitions_of(bid):
+            if p.leader == bid:
+                self._elect(topic, index, p, f"leader {bid} {reason}")
+            elif bid in p.isr and len(p.isr) > 1:
+                self._change(topic, index, p.leader, _without(p.isr, bid),
+                             f"replica {bid} {reason}")
+
+    def _start_generation(self, broker_id: int) -> None:
+        """KIP-380 onBrokerStartUp: whole state to it; offline partitions may elect it; a
+        partition it still leads gets a new leader epoch (KIP-101 returning leader)."""
+        self._out.full.add(broker_id)
+        self._out.brokers_changed = True
+        for topic, index, p in self._partitions_of(broker_id):
+            if p.leader == NO_LEADER:
+                self._elect(topic, index, p, f"broker {broker_id} returned")
+            elif p.leader == broker_id:
+                self._change(topic, index, broker_id, p.isr,
+                             f"returning leader {broker_id}", bump_leader_epoch=True)
+
+    def _shut_down(self, broker: Broker) -> list[tuple[str, int]]:
+        """Controlled shutdown: lead nothing, leave ISRs where another member remains. Returns
+        the partitions it still leads (no other ISR member alive to take them)."""
+        bid = broker.broker_id
+        if broker.state == ALIVE:
+            self._emit(BrokerStateChanged(bid, broker.broker_epoch, SHUTTING_DOWN))
+            log.info("broker %d generation %d is shutting down", bid, broker.broker_epoch)
+            self._out.brokers_changed = True
+        remaining = []
+        for topic, index, p in self._partitions_of(bid):
+            if len(p.replicas) == 1:
+                continue  # nowhere to move it; Kafka leaves such partitions out too
+            if p.leader == bid:
+                new = self._pick_leader(p, exclude=bid, unclean=False)[0]
+                if new == NO_LEADER:
+                    remaining.append((topic.name, index))
+                    continue
+                self.counters["elections_clean"] += 1
+                self._change(topic, index, new, self._isr_with_leader(p, new, bid),
+                             f"controlled shutdown of {bid}")
+            elif bid in p.isr and len(p.isr) > 1:
+                self._change(topic, index, p.leader, _without(p.isr, bid),
+                             f"controlled shutdown of {bid}")
+                self._out.stop.setdefault(bid, []).append(
+                    (topic.name, index, topic.partitions[index].leader_epoch, False))
+        return remaining
+
+    # ------------------------------------------------------------------------------ elections
+    def _pick_leader(self, p: Partition, exclude: int | None, unclean: bool) -> tuple[int, bool]:
+        """(leader, was it unclean): the first eligible ISR member in assignment order; with
+        unclean allowed and none found, the first eligible replica."""
+        for r in p.replicas:
+            if r != exclude and r in p.isr and self._eligible(r):
+                return r, False
+        if unclean:
+            for r in p.replicas:
+                if r != exclude and self._eligible(r):
+                    return r, True
+        return NO_LEADER, False
+
+    def _elect(self, topic: Topic, index: int, p: Partition, reason: str) -> None:
+        """Leader election after the leader failed (or for an offline partition)."""
+        failed = p.leader if p.leader != NO_LEADER else None
+        unclean_ok = topic_settings.is_true(
+            self.topic_setting(topic, "unclean.leader.election.enable"))
+        new, unclean = self._pick_leader(p, exclude=failed, unclean=unclean_ok)
+        if new == NO_LEADER:
+            if p.leader == NO_LEADER:
+                return  # still offline: nothing changes
+            # Keep the ISR as it was: its last member, returning, can lead with nothing lost.
+            log.warning("%s-%d is OFFLINE: no live in-sync replica (%s)", topic.name, index,
+                        reason)
+            self.counters["partitions_offline"] += 1
+            self._change(topic, index, NO_LEADER, p.isr, reason)
+            return
+        if unclean:
+            log.warning("UNCLEAN leader election for %s-%d: broker %d is not in the ISR %s; "
+                        "records acknowledged by the old ISR may be lost", topic.name, index,
+                        new, list(p.isr))
+            self.counters["elections_unclean"] += 1
+            self._change(topic, index, new, (new,), f"UNCLEAN election: {reason}")
+            return
+        self.counters["elections_clean"] += 1
+        self._change(topic, index, new, self._isr_with_leader(p, new, failed), reason)
+
+    def _isr_with_leader(self, p: Partition, leader: int, leaving: int | None) -> tuple[int, ...]:
+        """The ISR after `leader` takes over: members that are still live, minus `leaving`."""
+        return tuple(r for r in p.isr
+                     if r == leader or (r != leaving and self._live(r)))
+
+    def elect_leader(self, topic_name: str, index: int, election_type: int
+                     ) -> tuple[int, str | None]:
+        """ElectLeaders for one partition: (error, message)."""
+        topic = self.topics.get(topic_name)
+        p = topic.partitions.get(index) if topic else None
+        if topic is None or p is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION, "no such topic or partition"
+        if election_type == ELECTION_PREFERRED:
+            preferred = p.replicas[0]
+            if p.leader == preferred:
+                return E.ELECTION_NOT_NEEDED, "the preferred replica already leads"
+            if preferred not in p.isr or not self._eligible(preferred):
+                return E.PREFERRED_LEADER_NOT_AVAILABLE, \
+                    f"preferred replica {preferred} is not alive and in the ISR"
+            self.counters["elections_preferred"] += 1
+            self._change(topic, index, preferred, p.isr, "preferred leader election")
+            return 0, None
+        if election_type == ELECTION_UNCLEAN:
+            if p.leader != NO_LEADER and self._eligible(p.leader):
+                return E.ELECTION_NOT_NEEDED, "the partition has a live leader"
+            new, unclean = self._pick_leader(p, exclude=None, unclean=True)
+            if new == NO_LEADER:
+                return E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is alive"
+            if unclean:
+                log.warning("UNCLEAN leader election for %s-%d requested by an admin: broker %d",
+                            topic.name, index, new)
+                self.counters["elections_unclean"] += 1
+            else:
+                self.counters["elections_clean"] += 1
+            self._change(topic, index, new, (new,) if unclean else
+                         self._isr_with_leader(p, new, None), "admin election")
+            return 0, None
+        return E.INVALID_REQUEST, f"unknown election type {election_type}"
+
+    # -------------------------------------------------------------------------- AlterPartition
+    def alter_partition(self, broker_id: int, topic_name: str, index: int, leader_epoch: int,
+                        partition_epoch: int, new_isr: Sequence[int],
+                        isr_epochs: Sequence[int] | None = None
+                        ) -> tuple[int, Partition | None]:
+        """One partition of an AlterPartition whose broker epoch was already checked
+        (check_generation). (error, the partition's state after the request)."""
+        topic = self.topics.get(topic_name)
+        p = topic.partitions.get(index) if topic else None
+        if topic is None or p is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION, None
+        error = self._alter_error(broker_id, p, leader_epoch, partition_epoch, new_isr,
+                                  isr_epochs)
+        if error:
+            log.warning("AlterPartition %s-%d from broker %d refused: %s (leader epoch %d/%d, "
+                        "partition epoch %d/%d, isr %s)", topic_name, index, broker_id,
+                        E(error).name, leader_epoch, p.leader_epoch, partition_epoch,
+                        p.partition_epoch, list(new_isr))
+            return error, p
+        if tuple(new_isr) != p.isr:
+            self._change(topic, index, p.leader, tuple(new_isr),
+                         f"AlterPartition from leader {broker_id}", from_leader=True)
+        return 0, topic.partitions[index]
+
+    def _alter_error(self, broker_id: int, p: Partition, leader_epoch: int,
+                     partition_epoch: int, new_isr: Sequence[int],
+                     isr_epochs: Sequence[int] | None) -> int:
+        if leader_epoch != p.leader_epoch:
+            return E.FENCED_LEADER_EPOCH
+        if broker_id != p.leader:
+            return E.INVALID_REQUEST
+        if partition_epoch != p.partition_epoch:
+            return E.INVALID_UPDATE_VERSION
+        if (not new_isr or broker_id not in new_isr or len(set(new_isr)) != len(new_isr)
+                or any(r not in p.replicas for r in new_isr)):
+            return E.INVALID_REQUEST
+        for i, r in enumerate(new_isr):
+            if r == broker_id:
+                continue
+            b = self.brokers.get(r)
+            if b is None or not b.eligible:
+                return E.INELIGIBLE_REPLICA
+            if isr_epochs is not None and isr_epochs[i] not in (-1, b.broker_epoch):
+                return E.INELIGIBLE_REPLICA  # v3: a member seen in an older generation
+        return 0
+
+    # -------------------------------------------------------------------------------- topics
+    def topic_setting(self, topic: Topic, name: str) -> str | None:
+        return topic.configs.get(name, self.topic_defaults.get(name))
+
+    def topic_configs(self, topic_name: str) -> dict[str, tuple[str | None, bool]] | None:
+        """name -> (value, is it the topic's own) for every known setting; None: no topic."""
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return None
+        return {name: (self.topic_setting(topic, name), name in topic.configs)
+                for name in sorted(topic_settings.SPECS)}
+
+    def create_topic(self, name: str, num_partitions: int, replication_factor: int,
+                     assignments: Mapping[int, Sequence[int]] | None,
+                     configs: Mapping[str, str | None], validate_only: bool = False
+                     ) -> CreateTopicResult:
+        error, message = self._check_topic_name(name)
+        if error:
+            return CreateTopicResult(error, message)
+        if name in self.topics:
+            return CreateTopicResult(E.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        bad, overrides = topic_settings.check(configs)
+        if bad is not None:
+            return CreateTopicResult(E.INVALID_CONFIG, bad)
+        if assignments:
+            if num_partitions != -1 or replication_factor != -1:
+                return CreateTopicResult(E.INVALID_REQUEST, "give either an assignment or "
+                                         "partitions and replication factor, not both")
+            error, message, replica_lists = self._check_assignment(assignments)
+        else:
+            error, message, replica_lists = self._auto_assignment(num_partitions,
+                                                                  replication_factor)
+        if error:
+            return CreateTopicResult(error, message)
+        result = CreateTopicResult(0, None, uuid.UUID(int=self.rng.getrandbits(128), version=4),
+                                   len(replica_lists), len(replica_lists[0]), overrides)
+        if validate_only:
+            return result
+        self._emit(TopicCreated(name, result.topic_id, overrides))
+        topic = self.topics[name]
+        for index, replicas in enumerate(replica_lists):
+            self._add_partition(topic, index, replicas)
+        log.info("topic %s created: id %s, %d partitions, replication factor %d, settings %s",
+                 name, result.topic_id, result.num_partitions, result.replication_factor,
+                 overrides)
+        return result
+
+    def _add_partition(self, topic: Topic, index: int, replicas: Sequence[int]) -> None:
+        live = tuple(r for r in replicas if self._eligible(r))
+        leader = live[0] if live else NO_LEADER
+        record = PartitionChanged(topic.name, index, tuple(replicas), leader, 0,
+                                  live or tuple(replicas), 0)
+        self._emit(record)
+        self._out.leader_and_isr[(topic.name, index)] = True
+        self._out.metadata.add((topic.name, index))
+
+    def _check_topic_name(self, name: str) -> tuple[int, str | None]:
+        if (not name or len(name) > TOPIC_NAME_CHARS_MAX or name in (".", "..")
+                or not _LEGAL_TOPIC.match(name)):
+            return E.INVALID_TOPIC_EXCEPTION, (f"topic name {name!r} must be 1-"
+                                               f"{TOPIC_NAME_CHARS_MAX} of [a-zA-Z0-9._-]")
+        return 0, None
+
+    def _auto_assignment(self, num_partitions: int, replication_factor: int
+                         ) -> tuple[int, str | None, list[tuple[int, ...]]]:
+        eligible = [(b.broker_id, b.rack) for b in self.brokers.values() if b.eligible]
+        if num_partitions == -1:
+            num_partitions = self.default_num_partitions
+        if not 1 <= num_partitions <= TOPIC_PARTITIONS_MAX:
+            return E.INVALID_PARTITIONS, f"partitions must be 1-{TOPIC_PARTITIONS_MAX}", []
+        if replication_factor == -1:
+            replication_factor = self.default_replication_factor
+            if replication_factor == -1:
+                replication_factor = min(3, len(eligible))
+        if replication_factor < 1 or replication_factor > len(eligible):
+            return (E.INVALID_REPLICATION_FACTOR, f"replication factor {replication_factor} "
+                    f"needs that many live brokers; {len(eligible)} are live", [])
+        start = self.rng.randrange(len(eligible))
+        return 0, None, assignment.assign(eligible, num_partitions, replication_factor, start)
+
+    def _check_assignment(self, assignments: Mapping[int, Sequence[int]]
+                          ) -> tuple[int, str | None, list[tuple[int, ...]]]:
+        indexes = sorted(assignments)
+        if indexes != list(range(len(indexes))) or len(indexes) > TOPIC_PARTITIONS_MAX:
+            return E.INVALID_REPLICA_ASSIGNMENT, "partition indexes must be 0..n-1", []
+        lists = [tuple(assignments[i]) for i in indexes]
+        for replicas in lists:
+            if not replicas or len(set(replicas)) != len(replicas):
+                return E.INVALID_REPLICA_ASSIGNMENT, "replica lists must be non-empty, " \
+                    "without duplicates", []
+            if len(replicas) != len(lists[0]):
+                return E.INVALID_REPLICA_ASSIGNMENT, "partitions must have equal replica " \
+                    "counts", []
+            unknown = [r for r in replicas if r not in self.brokers]
+            if unknown:
+                return E.INVALID_REPLICA_ASSIGNMENT, f"unknown brokers {unknown}", []
+        return 0, None, lists
+
+    def create_partitions(self, topic_name: str, count: int,
+                          assignments: Sequence[Sequence[int]] | None,
+                          validate_only: bool = False) -> tuple[int, str | None]:
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic_name!r}"
+        current = len(topic.partitions)
+        if count <= current or count > TOPIC_PARTITIONS_MAX:
+            return E.INVALID_PARTITIONS, (f"topic {topic_name} has {current} partitions; ask for "
+                                          f"more (at most {TOPIC_PARTITIONS_MAX})")
+        rf = len(topic.partitions[0].replicas)
+        if assignments:
+            if len(assignments) != count - current:
+                return E.INVALID_REPLICA_ASSIGNMENT, f"{count - current} assignments expected"
+            error, message, lists = self._check_assignment(
+                {i: a for i, a in enumerate(assignments)})
+            if not error and len(lists[0]) != rf:
+                error, message = E.INVALID_REPLICA_ASSIGNMENT, f"replication factor is {rf}"
+        else:
+            error, message, lists = self._auto_assignment(count - current, rf)
+        if error or validate_only:
+            return error, message
+        for offset, replicas in enumerate(lists):
+            self._add_partition(topic, current + offset, replicas)
+        log.info("topic %s: partitions %d -> %d", topic_name, current, count)
+        return 0, None
+
+    def delete_topic(self, topic_name: str) -> int:
+        topic = self.topics.get(topic_name)
+        if topic is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION
+        parts = sorted(topic.partitions.items())
+        self._emit(TopicDeleted(topic_name))
+        for index, p in parts:
+            self._out.deleted[(topic_name, index)] = p.replicas
+            self._out.leader_and_isr.pop((topic_name, index), None)
+            self._out.metadata.discard((topic_name, index))
+            for r in p.replicas:
+                if self._live(r):
+                    self._out.stop.setdefault(r, []).append(
+                        (topic_name, index, p.leader_epoch, True))
+        self.tombstones[topic_name] = tuple((i, p.replicas) for i, p in parts)
+        while len(self.tombstones) > TOMBSTONES_MAX:
+            del self.tombstones[next(iter(self.tombstones))]
+        log.info("topic %s deleted (id %s, %d partitions)", topic_name, topic.topic_id,
+                 len(parts))
+        return 0
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> Topic | None:
+        return next((t for t in self.topics.values() if t.topic_id == topic_id), None)
+
+    # ------------------------------------------------------------------------------- helpers
+    def _live(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.live
+
+    def _eligible(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.eligible
+
+    def _partitions_of(self, broker_id: int) -> Iterator[tuple[Topic, int, Partition]]:
+        for _, topic in sorted(self.topics.items()):
+            for index, p in sorted(topic.partitions.items()):
+                if broker_id in p.replicas:
+                    yield topic, index, p
+
+    def _change(self, topic: Topic, index: int, leader: int, isr: tuple[int, ...], reason: str,
+                *, bump_leader_epoch: bool = False, from_leader: bool = False) -> None:
+        """Emit a partition's new leader/ISR. A leader change (or a returning leader) bumps the
+        leader epoch; every change bumps the partition epoch."""
+        p = topic.partitions[index]
+        new_epoch = p.leader_epoch + (1 if bump_leader_epoch or leader != p.leader else 0)
+        self._emit(PartitionChanged(topic.name, index, p.replicas, leader, new_epoch, isr,
+                                    p.partition_epoch + 1))
+        log.info("%s-%d: leader %d -> %d (epoch %d -> %d), isr %s -> %s, partition epoch %d: %s",
+                 topic.name, index, p.leader, leader, p.leader_epoch, new_epoch, list(p.isr),
+                 list(isr), p.partition_epoch + 1, reason)
+        self._out.metadata.add((topic.name, index))
+        if not from_leader:
+            # The leader learns an ISR change it asked for from the answer; anything else the
+            # controller decided goes to the replicas as LeaderAndIsr.
+            self._out.leader_and_isr.setdefault((topic.name, index), False)
+
+    # -------------------------------------------------------------------------- sends
+    def _build_sends(self) -> list[Send]:
+        out = self._out
+        sends: list[Send] = []
+        um_delta = [(t, i, self.topics[t].partitions[i], ()) for t, i in sorted(out.metadata)
+                    if t in self.topics]
+        um_delta += [(t, i, None, replicas) for (t, i), replicas in sorted(out.deleted.items())]
+        for bid, broker in sorted(self.brokers.items()):
+            if not broker.live:
+                continue
+            if bid in out.full:
+                sends += self.full_state_sends(bid)
+            else:
+                lai = [(t, i, self.topics[t].partitions[i], is_new)
+                       for (t, i), is_new in sorted(out.leader_and_isr.items())
+                       if t in self.topics and bid in self.topics[t].partitions[i].replicas]
+                if lai:
+                    sends.append(self._lai_send(broker, lai))
+                if um_delta or out.brokers_changed:
+                    sends.append(self._um_send(broker, um_delta))
+            if out.stop.get(bid):
+                sends.append(Send(bid, broker.broker_epoch, outbound.STOP_REPLICA_KEY,
+                                  outbound.STOP_REPLICA_VERSION,
+                                  outbound.stop_replica(self.controller_id, self.controller_epoch,
+                                                        broker.broker_epoch, out.stop[bid])))
+        return sends
+
+    def full_state_sends(self, broker_id: int) -> list[Send]:
+        """The whole state for one live generation: UpdateMetadata with every partition (and
+        the deletion markers remembered), then LeaderAndIsr with every partition it hosts (sent
+        even when empty: it tells the broker which of its local partitions are still its)."""
+        broker = self.brokers[broker_id]
+        um: list[outbound.UmItem] = []
+        lai: list[outbound.LaiItem] = []
+        for name, topic in sorted(self.topics.items()):
+            for index, p in sorted(topic.partitions.items()):
+                um.append((name, index, p, ()))
+                if broker_id in p.replicas:
+                    lai.append((name, index, p, False))
+        for name, parts in self.tombstones.items():
+            if name not in self.topics:
+                um += [(name, index, None, replicas) for index, replicas in parts]
+        return [self._um_send(broker, um), self._lai_send(broker, lai)]
+
+    def _lai_send(self, broker: Broker, items: list[outbound.LaiItem]) -> Send:
+        msg = outbound.leader_and_isr(self.controller_id, self.controller_epoch,
+                                      broker.broker_epoch, items, self.brokers)
+        return Send(broker.broker_id, broker.broker_epoch, outbound.LEADER_AND_ISR_KEY,
+                    outbound.LEADER_AND_ISR_VERSION, msg)
+
+    def _um_send(self, broker: Broker, items: list[outbound.UmItem]) -> Send:
+        msg = outbound.update_metadata(self.controller_id, self.controller_epoch,
+                                       broker.broker_epoch, items, self.brokers)
+        return Send(broker.broker_id, broker.broker_epoch, outbound.UPDATE_METADATA_KEY,
+                    outbound.UPDATE_METADATA_VERSION, msg)
+
+
+def _without(isr: tuple[int, ...], broker_id: int) -> tuple[int, ...]:
+    return tuple(r for r in isr if r != broker_id)
