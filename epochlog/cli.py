@@ -14,6 +14,7 @@ from collections.abc import Sequence
 # Modules that contribute subcommands, in the order `epochlog --help` lists them.
 SUBCOMMAND_MODULES = (
     "protocol.cli",
+    "broker.tools",
     "controller.cli",
 )
 

@@ -1,0 +1,35 @@
+"""The storage engine: partition logs of segments, their indexes, the leader epoch cache, producer
+state, checkpoints and crash recovery, in Kafka's on-disk formats.
+
+Synchronous plain Python with an injected clock (ms): the broker's asyncio code calls it, and a
+deterministic simulation can drive it. Modules, bottom up: config, errors, checkpoints, epoch_cache,
+indexes, segment, producer_state, log, log_manager.
+"""
+
+from .config import LogConfig
+from .epoch_cache import EpochEntry, LeaderEpochCache
+from .errors import (
+                     AppendRefused,
+                     CorruptCheckpoint,
+                     CorruptLog,
+                     CorruptRecords,
+                     DuplicateSequence,
+                     InconsistentIdentity,
+                     InvalidProducerEpoch,
+                     LogConfigError,
+                     OffsetOutOfRange,
+                     OffsetsNotIncreasing,
+                     OutOfOrderSequence,
+                     RecordTooLarge,
+                     StorageError,
+)
+from .log import AppendInfo, FlushJob, Log, StaleLeaderEpoch
+from .log_manager import LogManager
+
+__all__ = [
+    "AppendInfo", "AppendRefused", "CorruptCheckpoint", "CorruptLog", "CorruptRecords",
+    "DuplicateSequence", "EpochEntry", "FlushJob", "InconsistentIdentity", "InvalidProducerEpoch",
+    "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager", "OffsetOutOfRange",
+    "OffsetsNotIncreasing", "OutOfOrderSequence", "RecordTooLarge", "StaleLeaderEpoch",
+    "StorageError",
+]

@@ -1,0 +1,93 @@
+"""Exceptions of the storage engine.
+
+Two kinds, as everywhere in epochlog: operating errors a caller answers with a Kafka error code
+(each class carries `error_code`, Kafka's number, and `retriable`), and broken invariants, which are
+assertions and stop the process. A refused append never changes what is stored.
+"""
+
+from __future__ import annotations
+
+# Kafka's error-code numbers, for the handlers that turn these exceptions into responses.
+OFFSET_OUT_OF_RANGE = 1
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+DUPLICATE_SEQUENCE_NUMBER = 46
+INVALID_PRODUCER_EPOCH = 47
+KAFKA_STORAGE_ERROR = 56
+UNKNOWN_SERVER_ERROR = -1
+
+
+class StorageError(Exception):
+    """Base of the storage engine's operating errors."""
+
+    error_code = UNKNOWN_SERVER_ERROR
+    retriable = False
+
+
+class OffsetOutOfRange(StorageError):
+    """An offset below the log start or above the log end."""
+
+    error_code = OFFSET_OUT_OF_RANGE
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+        super().__init__(f"offset {offset} is out of range: the log holds "
+                         f"[{log_start_offset}, {log_end_offset})")
+
+
+class AppendRefused(StorageError):
+    """Batches refused before anything was written; the message names what was wrong."""
+
+
+class CorruptRecords(AppendRefused):
+    error_code = CORRUPT_MESSAGE
+
+
+class RecordTooLarge(AppendRefused):
+    error_code = MESSAGE_TOO_LARGE
+
+
+class OffsetsNotIncreasing(AppendRefused):
+    """A follower append whose offsets do not start at or after the log end, or go backwards."""
+
+
+class InvalidProducerEpoch(AppendRefused):
+    error_code = INVALID_PRODUCER_EPOCH
+
+
+class OutOfOrderSequence(AppendRefused):
+    error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class DuplicateSequence(AppendRefused):
+    """A retried batch inside a request of several batches, which Kafka does not deduplicate."""
+
+    error_code = DUPLICATE_SEQUENCE_NUMBER
+
+
+class CorruptLog(StorageError):
+    """Stored bytes that fail their checks when read: refused, never served."""
+
+    error_code = KAFKA_STORAGE_ERROR
+
+
+class CorruptCheckpoint(StorageError):
+    """A checkpoint file that does not parse, or is cut short."""
+
+    error_code = KAFKA_STORAGE_ERROR
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"checkpoint file {path} is corrupt: {reason}")
+
+
+class InconsistentIdentity(StorageError):
+    """A data dir whose identity file names another broker or cluster."""
+
+
+class LogConfigError(ValueError):
+    """A log setting out of its range; the message names the setting."""

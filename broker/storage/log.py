@@ -1,0 +1,558 @@
+"""`Log`: one partition's replica on disk: segments, the leader epoch cache, producer state.
+
+Theory of operation. Offsets [log_start_offset, log_end_offset) are readable. Appends go to the
+active (last) segment, which rolls on segment_bytes, segment_ms, a full index, or offsets that would
+not fit its int32 relative offsets. The leader path validates batches (structure, CRC, size,
+producer sequences), assigns offsets from the log end and stamps its leader epoch; the follower path
+validates structure and CRC and keeps the leader's offsets, which must continue from the log end
+(no gaps: epochlog has no compaction; the one exception is an empty follower log whose leader's log
+starts inside the batch received, as in Kafka). A refused append raises an AppendRefused subclass
+before anything is written.
+
+Durability. An append returns once its bytes are in the page cache (os.pwrite): that survives a
+SIGKILL of the process, not a power loss. `flush()` fsyncs every segment written since the last
+flush (its .log, .index and .timeindex) and the partition folder if a file was created there, then
+moves `recovery_point` to the log end: everything below the recovery point is on disk.
+`flush_due()` applies flush_messages / flush_ms; with `auto_flush` (the default) appends flush by
+themselves when due; an asyncio owner turns it off and runs `begin_flush()` / `FlushJob.run()` (in
+an executor) / `end_flush()` instead. Truncations fsync the cut file at once. Epoch cache changes
+are written atomically before the call that made them returns.
+
+Opening. After a clean shutdown segments are loaded and their indexes checked; after a crash every
+segment holding offsets at or past the recovery point is recovered (every batch CRC-checked, the
+torn or corrupt tail cut, the indexes rebuilt, later segments dropped), then the epoch cache loses
+entries beyond the log end (KIP-101 "Unclean Shutdown"). Producer state is rebuilt from the batches.
+
+The core is synchronous and reads time only through the injected `clock` (ms).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+from collections.abc import Callable, Iterator
+from typing import NamedTuple
+
+from protocol.batch import BatchHeader, CorruptBatch, check_all, shift_offsets
+from protocol.records import decode_batch
+
+from .checkpoints import TMP_SUFFIX, fsync_dir
+from .config import LogConfig
+from .epoch_cache import LEADER_EPOCH_FILE, LeaderEpochCache
+from .errors import (
+    CorruptCheckpoint,
+    CorruptLog,
+    CorruptRecords,
+    OffsetOutOfRange,
+    OffsetsNotIncreasing,
+    RecordTooLarge,
+    StorageError,
+)
+from .producer_state import ProducerStateManager
+from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+
+EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
+LATEST_TIMESTAMP = -1
+FENCED_LEADER_EPOCH = 74
+STRAY_SUFFIXES = (TMP_SUFFIX, ".deleted", ".cleaned", ".swap")
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
+
+log = logging.getLogger("epochlog.storage")
+Clock = Callable[[], int]
+
+
+class StaleLeaderEpoch(StorageError):
+    """A leader append stamped with an epoch older than the cache's latest."""
+
+    error_code = FENCED_LEADER_EPOCH
+
+
+class AppendInfo(NamedTuple):
+    first_offset: int
+    last_offset: int
+    max_timestamp_ms: int
+    batch_count: int
+    size_bytes: int
+    duplicate: bool = False  # an idempotent retry: nothing written, the original offsets
+
+
+class FlushJob:
+    """The fsyncs of one flush, on duplicated descriptors, so that they can run on any thread."""
+
+    def __init__(self, end_offset: int, generation: int, fds: list[int], dirs: list[str]) -> None:
+        self.end_offset = end_offset
+        self.generation = generation
+        self._fds = fds
+        self._dirs = dirs
+
+    def run(self) -> None:
+        try:
+            for fd in self._fds:
+                os.fsync(fd)
+            for directory in self._dirs:
+                fsync_dir(directory)
+        finally:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds = []
+
+
+class Log:
+    def __init__(self, directory: str, config: LogConfig, clock: Clock) -> None:
+        """Use Log.open."""
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.auto_flush = True
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self.high_watermark = 0
+        self.epoch_cache = LeaderEpochCache(None)
+        self.producer_state = ProducerStateManager()
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock()
+        self._dir_dirty = False
+        self._generation = 0  # bumped by every truncation at the end
+
+    # --- opening and closing ---
+
+    @classmethod
+    def open(cls, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int = 0,
+             log_start_offset: int = 0, high_watermark: int = 0,
+             clean_shutdown: bool = False) -> Log:
+        self = cls(directory, config, clock)
+        if not os.path.isdir(directory):
+            os.makedirs(directory)
+            fsync_dir(os.path.dirname(os.path.abspath(directory)))
+        self._remove_strays()
+        recovered = self._load_segments(recovery_point, log_start_offset, clean_shutdown)
+        self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
+        self._load_epoch_cache()
+        self.producer_state.update_all(self._headers_from(self.log_start_offset))
+        self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
+        self.recovery_point = min(recovery_point, self.log_end_offset)
+        if recovered or not clean_shutdown:
+            self.flush()  # what recovery kept is now on disk: the recovery point moves to the end
+        log.info("opened %s: offsets [%d, %d), %d segments, %s", directory,
+                 self.log_start_offset, self.log_end_offset, len(self._segments),
+                 "clean" if clean_shutdown else f"recovered from offset {recovery_point}")
+        return self
+
+    def _remove_strays(self) -> None:
+        names = os.listdir(self.directory)
+        logs = {n[:-len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
+        for name in names:
+            stem, _, _ = name.partition(".")
+            orphan_index = (name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+                            and stem not in logs)
+            if name.endswith(STRAY_SUFFIXES) or orphan_index:
+                log.info("%s: removing stray file %s", self.directory, name)
+                os.unlink(os.path.join(self.directory, name))
+
+    def _load_segments(self, recovery_point: int, log_start_offset: int,
+                       clean_shutdown: bool) -> bool:
+        bases = sorted(int(m.group(1)) for m in map(_SEGMENT_FILE.match,
+                                                     os.listdir(self.directory))
+                       if m and m.group(2) == "log")
+        recovered = False
+        for i, base in enumerate(bases):
+            if self._segments and base != self._segments[-1].next_offset:
+                log.warning("%s: segment %d does not continue the one before (which ends at %d);"
+                            " dropping it and the rest", self.directory, base,
+                            self._segments[-1].next_offset)
+                self._delete_files_from(bases[i:])
+                break
+            segment = Segment(self.directory, base, self.config, self.clock())
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            if clean_shutdown or (next_base is not None and next_base <= recovery_point):
+                cut = segment.load()
+            else:
+                cut = segment.recover()
+                recovered = True
+            self._segments.append(segment)
+            self._bases.append(base)
+            if cut and next_base is not None:
+                log.warning("%s: segment %d had a bad tail; dropping the %d segments after it",
+                            self.directory, base, len(bases) - i - 1)
+                self._delete_files_from(bases[i + 1:])
+                break
+        if not self._segments:
+            self._add_segment(max(log_start_offset, 0))
+        return recovered
+
+    def _delete_files_from(self, bases: list[int]) -> None:
+        for base in bases:
+            Segment(self.directory, base, self.config, self.clock()).delete()
+        self._dir_dirty = True
+
+    def _load_epoch_cache(self) -> None:
+        path = os.path.join(self.directory, LEADER_EPOCH_FILE)
+        try:
+            self.epoch_cache = LeaderEpochCache.load(path)
+        except CorruptCheckpoint as e:
+            log.warning("%s; rebuilding the epoch cache from the batches", e)
+            rebuilt = LeaderEpochCache(None)
+            for header in self._headers_from(self.log_start_offset):
+                if header.partition_leader_epoch >= 0:
+                    rebuilt.assign(header.partition_leader_epoch, header.base_offset)
+            self.epoch_cache = LeaderEpochCache(path, rebuilt.entries)
+            self.epoch_cache._write()
+        # KIP-101, Unclean Shutdown: the cache may be ahead of the log; keep (epoch, end) entries
+        self.epoch_cache.truncate_from_end(self.log_end_offset + 1)
+        self.epoch_cache.truncate_from_start(self.log_start_offset)
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()
+
+    # --- state ---
+
+    @property
+    def active_segment(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def log_end_offset(self) -> int:
+        return self._segments[-1].next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size_bytes for s in self._segments)
+
+    def update_high_watermark(self, offset: int) -> None:
+        self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+
+    def begin_leader_epoch(self, leader_epoch: int) -> None:
+        """Becoming leader: the new epoch starts at the log end (KIP-101 step 3)."""
+        self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+
+    def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
+        return self.epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
+
+    # --- appending ---
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview,
+                         leader_epoch: int) -> AppendInfo:
+        """Validate, assign offsets from the log end, stamp leader_epoch, write."""
+        headers = self._validate(records)
+        for header in headers:
+            if header.record_count < 1 or header.last_offset_delta + 1 != header.record_count:
+                raise CorruptRecords(f"batch of {header.record_count} records claims "
+                                     f"{header.last_offset_delta + 1} offsets")
+            if header.size > self.config.max_message_bytes:
+                raise RecordTooLarge(f"batch of {header.size} bytes is above max_message_bytes "
+                                     f"{self.config.max_message_bytes}")
+        if leader_epoch < self.epoch_cache.latest_epoch:
+            raise StaleLeaderEpoch(f"leader epoch {leader_epoch} is older than the latest "
+                                   f"epoch {self.epoch_cache.latest_epoch} of {self.directory}")
+        buf = bytearray(records)
+        shift_offsets(buf, self.log_end_offset, leader_epoch)
+        stamped = _positions(check_all(buf))
+        duplicate = self.producer_state.check([h for _, h in stamped])
+        if duplicate is not None:
+            return AppendInfo(duplicate.first_offset, duplicate.last_offset,
+                              duplicate.max_timestamp_ms, 1, 0, duplicate=True)
+        return self._write(buf, stamped)
+
+    def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
+        """Write batches with the leader's offsets and epochs; offsets must only grow."""
+        headers = self._validate(records)
+        first = headers[0]
+        if self._is_empty() and first.base_offset < self.log_end_offset <= first.last_offset:
+            # the leader's log starts inside this batch: take it whole, keep our log start
+            log_start = self.log_start_offset
+            self.truncate_fully_and_start_at(first.base_offset)
+            self.log_start_offset = log_start
+        expected = self.log_end_offset
+        for header in headers:
+            if header.base_offset != expected:
+                raise OffsetsNotIncreasing(
+                    f"batch at offset {header.base_offset} where {expected} was expected (the "
+                    f"log end offset {self.log_end_offset}, or the previous batch's next offset)")
+            expected = header.next_offset
+        return self._write(records, _positions(headers))
+
+    def _is_empty(self) -> bool:
+        return self.log_start_offset == self.log_end_offset
+
+    def _validate(self, records: bytes | bytearray | memoryview) -> list[BatchHeader]:
+        if len(records) == 0:
+            raise CorruptRecords("no record batches to append")
+        if len(records) > self.config.segment_bytes:
+            raise RecordTooLarge(f"{len(records)} bytes of batches is above segment_bytes "
+                                 f"{self.config.segment_bytes}")
+        try:
+            return check_all(records)  # also: 0 <= last_offset_delta <= int32 max, so a batch
+        except CorruptBatch as e:      # always fits a segment that starts at its base offset
+            raise CorruptRecords(f"refused batches: {e}") from None
+
+    def _write(self, buf: bytes | bytearray | memoryview,
+               stamped: list[tuple[int, BatchHeader]]) -> AppendInfo:
+        first, last = stamped[0][1], stamped[-1][1]
+        self._maybe_roll(len(buf), first.base_offset, last.last_offset)
+        for _, header in stamped:
+            if header.partition_leader_epoch >= 0:
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        self.active_segment.append(buf, stamped)
+        for _, header in stamped:
+            self.producer_state.update(header)
+            self._unflushed_messages += header.record_count
+        if self.auto_flush and self.flush_due():
+            self.flush()
+        return AppendInfo(first.base_offset, last.last_offset,
+                          max(h.max_timestamp for _, h in stamped), len(stamped), len(buf))
+
+    # --- rolling ---
+
+    def _roll_reason(self, append_bytes: int, last_offset: int) -> str | None:
+        active = self.active_segment
+        if not active.can_hold_offset(last_offset):
+            return f"offset {last_offset} does not fit relative to {active.base_offset}"
+        if active.size_bytes == 0:
+            return None
+        if active.size_bytes + append_bytes > self.config.segment_bytes:
+            return "segment_bytes"
+        if active.rolling_age_ms(self.clock()) > self.config.segment_ms:
+            return "segment_ms"
+        if active.indexes_full():
+            return "index full"
+        return None
+
+    def _maybe_roll(self, append_bytes: int, first_offset: int, last_offset: int) -> None:
+        reason = self._roll_reason(append_bytes, last_offset)
+        if reason is not None:
+            self.roll(max(first_offset, self.log_end_offset), reason)
+
+    def roll(self, base_offset: int | None = None, reason: str = "asked") -> Segment:
+        """Start a new active segment at base_offset (default: the log end)."""
+        base = self.log_end_offset if base_offset is None else base_offset
+        assert base >= self.log_end_offset, f"roll at {base} below the log end"
+        old = self.active_segment
+        if old.size_bytes == 0:
+            if base == old.base_offset:
+                return old
+            self._segments.pop().delete()
+            self._bases.pop()
+        else:
+            old.on_roll()
+        segment = self._add_segment(base)
+        log.info("%s: rolled a new segment at offset %d (%s)", self.directory, base, reason)
+        return segment
+
+    def _add_segment(self, base: int) -> Segment:
+        segment = Segment(self.directory, base, self.config, self.clock())
+        assert segment.size_bytes == 0 and os.fstat(segment._fd).st_size == 0, \
+            f"{segment.log_path} already holds data"
+        self._segments.append(segment)
+        self._bases.append(base)
+        self._dir_dirty = True
+        segment.dirty = True
+        return segment
+
+    # --- flushing ---
+
+    def flush_due(self) -> bool:
+        if self._unflushed_messages == 0 and not self._dir_dirty:
+            return False
+        return (self._unflushed_messages >= self.config.flush_messages
+                or self.clock() - self._last_flush_ms >= self.config.flush_ms)
+
+    def begin_flush(self) -> FlushJob:
+        """Write pending index entries and capture what needs an fsync, up to the log end now."""
+        fds: list[int] = []
+        start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
+        for segment in self._segments[start:]:
+            if segment.dirty:
+                fds.extend(segment.begin_flush())
+        dirs = [self.directory] if self._dir_dirty else []
+        self._dir_dirty = False
+        self._unflushed_messages = 0
+        self._last_flush_ms = self.clock()
+        return FlushJob(self.log_end_offset, self._generation, fds, dirs)
+
+    def end_flush(self, job: FlushJob) -> None:
+        """After job.run(): move the recovery point, unless the log was truncated meanwhile."""
+        if job.generation == self._generation:
+            self.recovery_point = max(self.recovery_point, min(job.end_offset,
+                                                               self.log_end_offset))
+
+    def flush(self) -> None:
+        job = self.begin_flush()
+        job.run()
+        self.end_flush(job)
+
+    def maybe_flush(self) -> bool:
+        if self.flush_due():
+            self.flush()
+            return True
+        return False
+
+    # --- reading ---
+
+    def _check_range(self, offset: int) -> None:
+        if not self.log_start_offset <= offset <= self.log_end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+
+    def read(self, offset: int, bytes_max: int, offset_max: int | None = None) -> bytes:
+        """Whole batches from the one holding offset, up to bytes_max but at least one, none
+        starting at or after offset_max (e.g. the high watermark). Empty at the log end."""
+        self._check_range(offset)
+        assert bytes_max >= 0
+        if offset == self.log_end_offset:
+            return b""
+        start = bisect.bisect_right(self._bases, offset) - 1
+        for segment in self._segments[max(start, 0):]:
+            data = segment.read(offset, bytes_max, offset_max)
+            if data:
+                return data
+        return b""
+
+    def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record at or after timestamp_ms, or None.
+        -1 (latest) and -2 (earliest) answer the log end and start offsets."""
+        if timestamp_ms == LATEST_TIMESTAMP:
+            return self.log_end_offset, -1
+        if timestamp_ms == EARLIEST_TIMESTAMP:
+            return self.log_start_offset, -1
+        start = max(bisect.bisect_right(self._bases, self.log_start_offset) - 1, 0)
+        for segment in self._segments[start:]:
+            if segment.max_timestamp_ms < timestamp_ms:
+                continue
+            found = segment.find_by_timestamp(timestamp_ms, self.log_start_offset)
+            if found is not None:
+                return self._record_at_timestamp(segment, *found, timestamp_ms)
+        return None
+
+    def _record_at_timestamp(self, segment: Segment, position: int, header: BatchHeader,
+                             timestamp_ms: int) -> tuple[int, int]:
+        try:
+            _, records = decode_batch(segment.read_batch(position, header))
+        except CorruptBatch as e:
+            raise CorruptLog(f"{segment.log_path} at position {position}: {e}") from None
+        for record in records:
+            if record.offset >= self.log_start_offset and record.timestamp >= timestamp_ms:
+                return record.offset, record.timestamp
+        # a producer may claim a max timestamp no record has: answer the batch, as Kafka would
+        return max(header.base_offset, self.log_start_offset), header.max_timestamp
+
+    def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
+        """Headers of the batches whose last offset is at or above offset."""
+        for segment in self._segments:
+            if segment.next_offset <= offset:
+                continue
+            for _, header in segment.headers():
+                if header.last_offset >= offset:
+                    yield header
+
+    # --- truncating and deleting ---
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch holding an offset at or above offset (a batch holding offset goes
+        whole). The epoch cache and producer state follow."""
+        if offset < 0:
+            raise ValueError(f"cannot truncate to negative offset {offset}")
+        old_end = self.log_end_offset
+        if offset >= old_end:
+            return
+        if offset < self._bases[0]:
+            self.truncate_fully_and_start_at(offset)
+            return
+        self._generation += 1
+        while len(self._segments) > 1 and self._bases[-1] > offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+            self._dir_dirty = True
+        self.active_segment.truncate_to(offset)
+        if self._dir_dirty:
+            fsync_dir(self.directory)
+            self._dir_dirty = False
+        self._after_truncation()
+        log.info("%s: truncated from offset %d to %d", self.directory, old_end,
+                 self.log_end_offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop every batch and start again, empty, at offset (a follower far behind)."""
+        old_end = self.log_end_offset
+        self._generation += 1
+        for segment in self._segments:
+            segment.delete()
+        self._segments.clear()
+        self._bases.clear()
+        self._add_segment(offset)
+        fsync_dir(self.directory)
+        self._dir_dirty = False
+        self.log_start_offset = offset
+        self.epoch_cache.clear()
+        self._after_truncation()
+        log.info("%s: truncated fully from offset %d, now starting at %d", self.directory,
+                 old_end, offset)
+
+    def _after_truncation(self) -> None:
+        end = self.log_end_offset
+        self.epoch_cache.truncate_from_end(end)
+        self.log_start_offset = min(self.log_start_offset, end)
+        self.high_watermark = min(self.high_watermark, end)
+        self.recovery_point = min(self.recovery_point, end)
+        self.producer_state.clear()
+        self.producer_state.update_all(self._headers_from(self.log_start_offset))
+
+    def advance_log_start_offset(self, offset: int) -> bool:
+        """Make offsets below offset unreadable; delete the segments wholly below it."""
+        if offset <= self.log_start_offset:
+            return False
+        if offset > self.log_end_offset:
+            raise OffsetOutOfRange(offset, self.log_start_offset, self.log_end_offset)
+        self.log_start_offset = offset
+        while len(self._segments) > 1 and self._bases[1] <= offset:
+            self._delete_oldest_segment()
+        self.epoch_cache.truncate_from_start(offset)
+        self.producer_state.truncate_head(offset)
+        self.high_watermark = max(self.high_watermark, offset)
+        log.info("%s: log start offset advanced to %d", self.directory, offset)
+        return True
+
+    def _delete_oldest_segment(self) -> None:
+        segment = self._segments.pop(0)
+        self._bases.pop(0)
+        segment.delete()
+        self._dir_dirty = True
+        log.info("%s: deleted segment %d (%d bytes)", self.directory, segment.base_offset,
+                 segment.size_bytes)
+
+    def delete_retained_segments(self) -> int:
+        """Apply retention_ms and retention_bytes to the non-active segments wholly below the
+        high watermark; the number of segments deleted."""
+        now_ms = self.clock()
+        total_bytes = self.size_bytes
+        deleted = 0
+        while len(self._segments) > 1 and self._bases[1] <= self.high_watermark:
+            oldest = self._segments[0]
+            newest_ms = oldest.max_timestamp_ms if oldest.max_timestamp_ms >= 0 \
+                else oldest.created_ms
+            too_old = self.config.retention_ms >= 0 and \
+                now_ms - newest_ms > self.config.retention_ms
+            too_big = self.config.retention_bytes >= 0 and \
+                total_bytes - oldest.size_bytes >= self.config.retention_bytes
+            if not (too_old or too_big):
+                break
+            total_bytes -= oldest.size_bytes
+            if not self.advance_log_start_offset(self._bases[1]):
+                self._delete_oldest_segment()
+            deleted += 1
+        return deleted
+
+
+def _positions(headers: list[BatchHeader]) -> list[tuple[int, BatchHeader]]:
+    out, pos = [], 0
+    for header in headers:
+        out.append((pos, header))
+        pos += header.size
+    return out

@@ -1,0 +1,210 @@
+"""`LogManager`: one data dir: its partition logs, its checkpoints and its identity.
+
+Files at the top of the data dir:
+- `meta.properties`: `version=0`, `broker.id=N`, `cluster.id=X` (Kafka's layout). Opening a data dir
+  that names another broker or cluster is refused (InconsistentIdentity).
+- `replication-offset-checkpoint` (high watermarks), `recovery-point-offset-checkpoint` (offsets up
+  to which each log is fsynced), `log-start-offset-checkpoint`; see checkpoints.py.
+- `.kafka_cleanshutdown`: written (and fsynced) by close() after every log is flushed and every
+  checkpoint written; removed on open before anything is appended. Its absence on open means the
+  last run crashed, so each log recovers from its recovery point.
+
+A checkpoint that is corrupt is not read as numbers: the manager logs which file and why, and
+rebuilds safely: no recovery point means recovering whole logs; no log start offset means the first
+segment's base offset; no high watermark means the log start offset (the leader re-learns it).
+
+Partition folders are `<topic>-<partition>`; a folder ending in `-delete` is a deletion that a crash
+interrupted and is finished on open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import uuid
+
+from .checkpoints import (
+    HIGH_WATERMARK_FILE,
+    LOG_START_OFFSET_FILE,
+    RECOVERY_POINT_FILE,
+    TopicPartition,
+    fsync_dir,
+    read_offsets,
+    write_atomically,
+    write_offsets,
+)
+from .config import LogConfig
+from .errors import CorruptCheckpoint, InconsistentIdentity
+from .log import Clock, Log
+
+IDENTITY_FILE = "meta.properties"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+DELETE_SUFFIX = "-delete"
+CHECKPOINT_INTERVAL_MS = 5000  # Kafka's replica.high.watermark.checkpoint.interval.ms
+RETENTION_CHECK_INTERVAL_MS = 300_000  # Kafka's log.retention.check.interval.ms
+IDENTITY_BYTES_MAX = 64 << 10
+
+log = logging.getLogger("epochlog.storage")
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    return f"{topic}-{partition}"
+
+
+def parse_partition_dir_name(name: str) -> TopicPartition | None:
+    topic, sep, partition = name.rpartition("-")
+    if not sep or not topic or not partition.isdigit() or name.startswith("."):
+        return None
+    return topic, int(partition)
+
+
+class LogManager:
+    def __init__(self, data_dir: str, config: LogConfig, clock: Clock) -> None:
+        """Use LogManager.open."""
+        self.data_dir = data_dir
+        self.config = config
+        self.clock = clock
+        self.logs: dict[TopicPartition, Log] = {}
+        self.had_clean_shutdown = False
+        self._last_checkpoint_ms = clock()
+        self._last_retention_ms = clock()
+
+    @classmethod
+    def open(cls, data_dir: str, config: LogConfig, clock: Clock, *, broker_id: int,
+             cluster_id: str, configs: dict[str, LogConfig] | None = None) -> LogManager:
+        """Open (or create) a data dir; configs gives per-topic settings."""
+        self = cls(data_dir, config, clock)
+        os.makedirs(data_dir, exist_ok=True)
+        check_identity(data_dir, broker_id, cluster_id)
+        marker = os.path.join(data_dir, CLEAN_SHUTDOWN_FILE)
+        self.had_clean_shutdown = os.path.exists(marker)
+        recovery_points = self._read_checkpoint(RECOVERY_POINT_FILE)
+        start_offsets = self._read_checkpoint(LOG_START_OFFSET_FILE)
+        high_watermarks = self._read_checkpoint(HIGH_WATERMARK_FILE)
+        for name in sorted(os.listdir(data_dir)):
+            path = os.path.join(data_dir, name)
+            if name.endswith(DELETE_SUFFIX) and os.path.isdir(path):
+                shutil.rmtree(path)
+                continue
+            tp = parse_partition_dir_name(name)
+            if tp is None or not os.path.isdir(path):
+                continue
+            self.logs[tp] = Log.open(
+                path, (configs or {}).get(tp[0], config), clock,
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=start_offsets.get(tp, 0),
+                high_watermark=high_watermarks.get(tp, 0),
+                clean_shutdown=self.had_clean_shutdown)
+        if self.had_clean_shutdown:
+            os.unlink(marker)
+        fsync_dir(data_dir)
+        self.write_checkpoints()
+        log.info("opened data dir %s: %d logs, %s", data_dir, len(self.logs),
+                 "after a clean shutdown" if self.had_clean_shutdown else "after a crash")
+        return self
+
+    def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
+        path = os.path.join(self.data_dir, name)
+        if not os.path.exists(path):
+            return {}
+        try:
+            return read_offsets(path)
+        except CorruptCheckpoint as e:
+            log.warning("%s; ignoring it and rebuilding safely", e)
+            return {}
+
+    # --- logs ---
+
+    def get(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig | None = None) -> Log:
+        existing = self.logs.get((topic, partition))
+        if existing is not None:
+            return existing
+        path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
+        created = Log.open(path, config or self.config, self.clock, clean_shutdown=True)
+        self.logs[(topic, partition)] = created
+        log.info("created log %s", path)
+        return created
+
+    def delete_log(self, topic: str, partition: int) -> None:
+        """Remove a partition's log: renamed aside first, so a crash cannot leave half of it."""
+        removed = self.logs.pop((topic, partition), None)
+        if removed is None:
+            return
+        removed.close()
+        aside = f"{removed.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
+        os.rename(removed.directory, aside)
+        fsync_dir(self.data_dir)
+        shutil.rmtree(aside)
+        log.info("deleted log %s", removed.directory)
+
+    # --- periodic work ---
+
+    def tick(self) -> None:
+        """Flush what is due (logs with auto_flush), apply retention, write checkpoints, each on
+        its own interval."""
+        now_ms = self.clock()
+        for each in self.logs.values():
+            if each.auto_flush:
+                each.maybe_flush()
+        if now_ms - self._last_retention_ms >= RETENTION_CHECK_INTERVAL_MS:
+            self._last_retention_ms = now_ms
+            for each in self.logs.values():
+                each.delete_retained_segments()
+        if now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+            self.write_checkpoints()
+
+    def write_checkpoints(self) -> None:
+        self._last_checkpoint_ms = self.clock()
+        self._write(HIGH_WATERMARK_FILE, {tp: lg.high_watermark for tp, lg in self.logs.items()})
+        self._write(RECOVERY_POINT_FILE, {tp: lg.recovery_point for tp, lg in self.logs.items()})
+        self._write(LOG_START_OFFSET_FILE,
+                    {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+
+    def _write(self, name: str, offsets: dict[TopicPartition, int]) -> None:
+        write_offsets(os.path.join(self.data_dir, name), offsets)
+
+    def close(self) -> None:
+        """Clean shutdown: flush every log, write the checkpoints, then the marker."""
+        for each in self.logs.values():
+            each.flush()
+        self.write_checkpoints()
+        for each in self.logs.values():
+            each.close()
+        write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
+        log.info("closed data dir %s cleanly", self.data_dir)
+
+
+def read_identity(path: str) -> dict[str, str]:
+    with open(path, "rb") as f:
+        data = f.read(IDENTITY_BYTES_MAX + 1)
+    if len(data) > IDENTITY_BYTES_MAX or not data.endswith(b"\n"):
+        raise CorruptCheckpoint(path, "too large or cut short")
+    fields = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise CorruptCheckpoint(path, f"line {line!r} is not key=value")
+        fields[key.strip()] = value.strip()
+    if fields.get("version") != "0" or "broker.id" not in fields or "cluster.id" not in fields:
+        raise CorruptCheckpoint(path, "needs version=0, broker.id and cluster.id")
+    return fields
+
+
+def check_identity(data_dir: str, broker_id: int, cluster_id: str) -> None:
+    """Refuse a data dir that belongs to another broker or cluster; claim a new one."""
+    path = os.path.join(data_dir, IDENTITY_FILE)
+    if not os.path.exists(path):
+        write_atomically(path, (f"#epochlog data dir identity\nversion=0\nbroker.id={broker_id}\n"
+                                f"cluster.id={cluster_id}\n").encode())
+        return
+    fields = read_identity(path)
+    if fields["broker.id"] != str(broker_id) or fields["cluster.id"] != cluster_id:
+        raise InconsistentIdentity(
+            f"{path} belongs to broker {fields['broker.id']} of cluster {fields['cluster.id']}, "
+            f"not broker {broker_id} of cluster {cluster_id}")

@@ -1,0 +1,132 @@
+"""Producer state for idempotence: per producer id, its epoch and its last few batches' sequences.
+
+Kafka's rules, checked on the leader before an append (`check`), replayed without checks on the
+follower path and when the log is reopened (`update`):
+- an epoch below the producer's current one is refused (InvalidProducerEpoch);
+- a batch equal (same epoch, first and last sequence) to one of the producer's last 5 is a retry:
+  it is not written again, and its original offsets are answered (Kafka only deduplicates a request
+  holding one batch; inside a larger request it is DuplicateSequence);
+- a new epoch must start at sequence 0; within an epoch the first sequence must follow the last
+  one (wrapping at int32 max); a producer we know nothing of may start anywhere.
+
+The state is a function of the batches in [log start, log end): `truncate_head` drops what falls
+below the log start, and after a truncation at the end the log rebuilds the state from its batches.
+No snapshot files: rebuilding reads every batch header once (see the storage notes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+from protocol.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+
+from .errors import DuplicateSequence, InvalidProducerEpoch, OutOfOrderSequence
+
+BATCHES_PER_PRODUCER_MAX = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
+SEQUENCE_MAX = 2**31 - 1
+
+
+class BatchMetadata(NamedTuple):
+    first_sequence: int
+    last_sequence: int
+    first_offset: int
+    last_offset: int
+    max_timestamp_ms: int
+
+
+class ProducerEntry(NamedTuple):
+    producer_epoch: int
+    batches: tuple[BatchMetadata, ...]
+
+    @property
+    def last_sequence(self) -> int:
+        return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
+
+    def with_batch(self, header: BatchHeader) -> ProducerEntry:
+        batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
+                              header.last_offset, header.max_timestamp)
+        kept = self.batches if header.producer_epoch == self.producer_epoch else ()
+        return ProducerEntry(header.producer_epoch, (kept + (batch,))[-BATCHES_PER_PRODUCER_MAX:])
+
+
+def _is_idempotent(header: BatchHeader) -> bool:
+    return header.producer_id != NO_PRODUCER_ID
+
+
+def _in_sequence(last_sequence: int, first_sequence: int) -> bool:
+    return first_sequence == last_sequence + 1 or (first_sequence == 0
+                                                   and last_sequence == SEQUENCE_MAX)
+
+
+class ProducerStateManager:
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
+        """Validate a leader append; the original batch if it is a retry of one. Raises the
+        AppendRefused subclass that names the problem. Changes nothing."""
+        staged: dict[int, ProducerEntry] = {}
+        for header in headers:
+            if not _is_idempotent(header):
+                continue
+            pid = header.producer_id
+            entry = staged.get(pid) or self.producers.get(pid)
+            duplicate = _check_one(pid, entry, header)
+            if duplicate is not None:
+                if len(headers) == 1:
+                    return duplicate
+                raise DuplicateSequence(f"producer {pid}: batch with sequences "
+                                        f"{header.base_sequence}..{header.last_sequence} was "
+                                        "already written, inside a request of several batches")
+            staged[pid] = (entry or ProducerEntry(header.producer_epoch, ())).with_batch(header)
+        return None
+
+    def update(self, header: BatchHeader) -> None:
+        """Record a batch that is now in the log."""
+        if _is_idempotent(header):
+            entry = self.producers.get(header.producer_id)
+            base = entry or ProducerEntry(header.producer_epoch, ())
+            self.producers[header.producer_id] = base.with_batch(header)
+
+    def update_all(self, headers: Iterable[BatchHeader]) -> None:
+        for header in headers:
+            self.update(header)
+
+    def last_sequence(self, producer_id: int) -> int:
+        entry = self.producers.get(producer_id)
+        return entry.last_sequence if entry else NO_SEQUENCE
+
+    def truncate_head(self, log_start_offset: int) -> None:
+        """Forget the batches now below the log start, and producers left with none."""
+        for pid, entry in list(self.producers.items()):
+            kept = tuple(b for b in entry.batches if b.last_offset >= log_start_offset)
+            if not kept:
+                del self.producers[pid]
+            elif len(kept) != len(entry.batches):
+                self.producers[pid] = ProducerEntry(entry.producer_epoch, kept)
+
+    def clear(self) -> None:
+        self.producers.clear()
+
+
+def _check_one(pid: int, entry: ProducerEntry | None, header: BatchHeader
+               ) -> BatchMetadata | None:
+    epoch, first = header.producer_epoch, header.base_sequence
+    if entry is None or entry.producer_epoch == NO_PRODUCER_EPOCH:
+        return None
+    if epoch < entry.producer_epoch:
+        raise InvalidProducerEpoch(f"producer {pid}: epoch {epoch} is older than the current "
+                                   f"epoch {entry.producer_epoch}")
+    if epoch != entry.producer_epoch:
+        if first != 0:
+            raise OutOfOrderSequence(f"producer {pid}: new epoch {epoch} must start at sequence "
+                                     f"0, got {first}")
+        return None
+    for batch in entry.batches:
+        if batch.first_sequence == first and batch.last_sequence == header.last_sequence:
+            return batch
+    if not _in_sequence(entry.last_sequence, first):
+        raise OutOfOrderSequence(f"producer {pid} epoch {epoch}: sequence {first} does not "
+                                 f"follow the last written sequence {entry.last_sequence}")
+    return None

@@ -1,0 +1,377 @@
+"""One segment of a partition log: `<base>.log` holding whole RecordBatch v2 batches end to end, and
+its `<base>.index` and `<base>.timeindex` (see indexes.py); `<base>` is the 20-digit base offset.
+
+Rules:
+- Batches are written whole and in offset order; every batch's offsets fit in int32 relative to the
+  base offset (the log rolls before they would not).
+- Reads return whole batches only, each CRC-checked first: stored bytes that fail their checks raise
+  CorruptLog and are never served.
+- Offsets are contiguous: the first batch starts at the base offset and each batch at the previous
+  one's next offset (epochlog has no compaction, so a gap can only be damage: base_offset lies
+  outside the CRC, and this is how a flipped offset is caught).
+- `recover()` trusts nothing: it scans every batch from the start (structure, CRC, contiguous
+  offsets), cuts the file at the first bad or torn batch and rebuilds both indexes.
+- `load()` is the clean-shutdown path: it trusts the log up to its size, checks the index files and
+  scans only the batches after the last index entry (falling back to recover() if anything is off).
+- `flush()` writes the pending index entries and fsyncs the three files.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+
+from protocol.batch import (
+    BATCH_HEADER_BYTES,
+    BatchHeader,
+    CorruptBatch,
+    crc_of,
+    read_header,
+)
+
+from .config import LogConfig
+from .errors import CorruptLog
+from .indexes import OffsetIndex, TimeIndex
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+RECOVERY_CHUNK_BYTES_MAX = 8 << 20  # recovery reads this much at a time (more for a bigger batch)
+RELATIVE_OFFSET_MAX = 2**31 - 1
+NO_TIMESTAMP = -1
+
+log = logging.getLogger("epochlog.storage")
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
+class Segment:
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, now_ms: int) -> None:
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self.offset_index = OffsetIndex(
+            os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)),
+            base_offset, config.segment_index_bytes)
+        self.time_index = TimeIndex(
+            os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
+            base_offset, config.segment_index_bytes)
+        self.created_ms = now_ms
+        self.dirty = False  # written since the last fsync
+        self._reset_stats()
+
+    def _reset_stats(self) -> None:
+        self.size_bytes = 0
+        self.next_offset = self.base_offset
+        self.max_timestamp_ms = NO_TIMESTAMP
+        self.offset_of_max_timestamp = self.base_offset
+        self.first_batch_timestamp_ms: int | None = None
+        self._bytes_since_index_entry = 0
+
+    def __repr__(self) -> str:
+        return f"Segment({self.log_path}, size {self.size_bytes}, next {self.next_offset})"
+
+    # --- writing ---
+
+    def append(self, buf: bytes | bytearray | memoryview,
+               headers: list[tuple[int, BatchHeader]]) -> None:
+        """Write whole batches (headers: their positions inside buf) at the end of the file."""
+        position = self.size_bytes
+        assert not headers or headers[0][1].base_offset >= self.next_offset, \
+            f"{self.log_path}: offsets go back"
+        write_all(self._fd, buf, position)
+        for pos, header in headers:
+            self._track(header, position + pos)
+        self.size_bytes += len(buf)
+        self.dirty = True
+
+    def _observe(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp_ms:
+            self.max_timestamp_ms = header.max_timestamp
+            self.offset_of_max_timestamp = header.last_offset
+        if self.first_batch_timestamp_ms is None:
+            self.first_batch_timestamp_ms = header.max_timestamp
+        self.next_offset = header.next_offset
+
+    def _track(self, header: BatchHeader, position: int) -> None:
+        self._observe(header)
+        if self._bytes_since_index_entry > self.config.index_interval_bytes:
+            self.offset_index.append(header.last_offset, position)
+            self.time_index.maybe_append(self.max_timestamp_ms, self.offset_of_max_timestamp)
+            self._bytes_since_index_entry = 0
+        self._bytes_since_index_entry += header.size
+
+    def can_hold_offset(self, offset: int) -> bool:
+        return 0 <= offset - self.base_offset <= RELATIVE_OFFSET_MAX
+
+    def indexes_full(self) -> bool:
+        return self.offset_index.is_full or self.time_index.is_full
+
+    def rolling_age_ms(self, now_ms: int) -> int:
+        """How long this segment has been open, as Kafka counts it for segment.ms."""
+        first = self.first_batch_timestamp_ms
+        since = first if first is not None and first >= 0 else self.created_ms
+        return now_ms - since
+
+    def on_roll(self) -> None:
+        """No longer the active segment: add the final time index entry, write the indexes out."""
+        if self.max_timestamp_ms >= 0:
+            self.time_index.maybe_append(self.max_timestamp_ms, self.offset_of_max_timestamp,
+                                         skip_full_check=True)
+        self.offset_index.write_out()
+        self.time_index.write_out()
+
+    def begin_flush(self) -> list[int]:
+        """Write the pending index entries; duplicated descriptors of the three files for the
+        caller to fsync (and close) on any thread."""
+        self.offset_index.write_out()
+        self.time_index.write_out()
+        self.dirty = False
+        return [os.dup(self._fd), self.offset_index.dup_fd(), self.time_index.dup_fd()]
+
+    def flush(self) -> None:
+        self.offset_index.flush()
+        self.time_index.flush()
+        os.fsync(self._fd)
+        self.dirty = False
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is at or above offset; bytes removed.
+        A batch holding offset goes whole, so the segment ends at a batch boundary."""
+        found = self.find(offset)
+        if found is None:
+            return 0
+        position = found[0]
+        removed = self.size_bytes - position
+        os.ftruncate(self._fd, position)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+        self._rescan_after_last_index_entry(position)
+        os.fsync(self._fd)  # a cut must be durable before new batches land on the same bytes
+        return removed
+
+    # --- reading ---
+
+    def header_at(self, position: int) -> BatchHeader:
+        data = os.pread(self._fd, BATCH_HEADER_BYTES, position)
+        try:
+            header = read_header(data)
+        except CorruptBatch as e:
+            raise CorruptLog(f"{self.log_path} at position {position}: {e}") from None
+        if position + header.size > self.size_bytes:
+            raise CorruptLog(f"{self.log_path} at position {position}: batch of {header.size} "
+                             f"bytes runs past the segment end {self.size_bytes}")
+        return header
+
+    def headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from position (a batch boundary) to the end."""
+        while position < self.size_bytes:
+            header = self.header_at(position)
+            yield position, header
+            position += header.size
+
+    def find(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """Position and header of the first batch whose last offset is at or above offset."""
+        _, position = self.offset_index.lookup(offset)
+        assert position <= self.size_bytes, f"{self.log_path}: index points past the segment"
+        for pos, header in self.headers(position):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def read(self, offset: int, bytes_max: int, offset_max: int | None = None) -> bytes:
+        """Whole batches from the one holding offset: as many as fit in bytes_max, but at least
+        one; none that start at or after offset_max. Each batch is CRC-checked."""
+        found = self.find(offset)
+        if found is None:
+            return b""
+        position, first = found
+        if offset_max is not None and first.base_offset >= offset_max:
+            return b""
+        want = min(max(bytes_max, first.size), self.size_bytes - position)
+        chunk = os.pread(self._fd, want, position)
+        end, next_offset = 0, first.base_offset
+        try:
+            for pos, header in _whole_batches(chunk):
+                if offset_max is not None and header.base_offset >= offset_max:
+                    break
+                if crc_of(chunk, pos, header.size) != header.crc:
+                    raise CorruptBatch(f"CRC mismatch in batch at offset {header.base_offset}")
+                if header.base_offset != next_offset:  # base_offset lies outside the CRC
+                    raise CorruptBatch(f"batch at offset {header.base_offset} where "
+                                       f"{next_offset} was expected")
+                next_offset = header.next_offset
+                end = pos + header.size
+        except CorruptBatch as e:
+            raise CorruptLog(f"{self.log_path} near position {position + end}: {e}") from None
+        return chunk if end == len(chunk) else chunk[:end]
+
+    def find_by_timestamp(self, timestamp_ms: int, offset_min: int
+                          ) -> tuple[int, BatchHeader] | None:
+        """The first batch at or after offset_min whose max timestamp reaches timestamp_ms."""
+        _, offset = self.time_index.lookup(timestamp_ms)
+        _, position = self.offset_index.lookup(max(offset, offset_min))
+        for pos, header in self.headers(position):
+            if header.last_offset >= offset_min and header.max_timestamp >= timestamp_ms:
+                return pos, header
+        return None
+
+    def read_batch(self, position: int, header: BatchHeader) -> bytes:
+        return os.pread(self._fd, header.size, position)
+
+    # --- opening ---
+
+    def load(self) -> int:
+        """Open after a clean shutdown: check the indexes, scan the tail. Bytes cut (0 unless
+        the checks failed and recover() had to run)."""
+        self.size_bytes = os.fstat(self._fd).st_size
+        if not (self.offset_index.load(self.size_bytes) and self.time_index.load(self.size_bytes)):
+            log.warning("%s: index files failed their checks; rebuilding", self.log_path)
+            return self.recover()
+        try:
+            self._rescan_after_last_index_entry(self.size_bytes)
+        except CorruptLog as e:
+            log.warning("%s: %s; recovering the segment", self.log_path, e)
+            return self.recover()
+        return 0
+
+    def _rescan_after_last_index_entry(self, size_bytes: int) -> None:
+        """Set the statistics from the indexes plus a scan of the batches they do not cover."""
+        index_offset, position = self.offset_index.last_entry()
+        max_ts, offset_of_max = self.time_index.last_entry()
+        self._reset_stats()
+        self.size_bytes = size_bytes
+        if size_bytes == 0:
+            return
+        self.first_batch_timestamp_ms = self.header_at(0).max_timestamp
+        self.max_timestamp_ms, self.offset_of_max_timestamp = max_ts, offset_of_max
+        self.next_offset = index_offset + 1 if len(self.offset_index) else self.base_offset
+        for _, header in self.headers(position):
+            self._observe(header)
+            self._bytes_since_index_entry += header.size
+
+    def recover(self) -> int:
+        """Rebuild from the bytes alone: keep the valid batches, cut the rest. Bytes cut."""
+        file_bytes = os.fstat(self._fd).st_size
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_stats()
+        position, problem = 0, None
+        for pos, header, problem in self._scan_valid(file_bytes):
+            if header is None:
+                break
+            self._track(header, pos)
+            position = pos + header.size
+            self.size_bytes = position
+        cut_bytes = file_bytes - position
+        if cut_bytes:
+            log.warning("%s: cut %d bytes at position %d (%s)", self.log_path, cut_bytes,
+                        position, problem)
+            os.ftruncate(self._fd, position)
+        self.dirty = True
+        return cut_bytes
+
+    def _scan_valid(self, file_bytes: int
+                    ) -> Iterator[tuple[int, BatchHeader | None, str | None]]:
+        """(position, header, None) per valid batch, then (position, None, why) at a bad one."""
+        position, next_offset = 0, self.base_offset
+        while position < file_bytes:
+            chunk = os.pread(self._fd, min(RECOVERY_CHUNK_BYTES_MAX, file_bytes - position),
+                             position)
+            pos = 0
+            while pos < len(chunk):
+                problem, header = _check_at(chunk, pos, file_bytes - position)
+                if problem == "chunk too short":
+                    break
+                if problem is None:
+                    assert header is not None
+                    problem = self._check_offsets(header, next_offset)
+                if problem is not None:
+                    yield position + pos, None, problem
+                    return
+                assert header is not None
+                yield position + pos, header, None
+                next_offset = header.next_offset
+                pos += header.size
+            if pos == 0:  # a batch bigger than the chunk: read it alone
+                header = read_header(os.pread(self._fd, BATCH_HEADER_BYTES, position))
+                chunk = os.pread(self._fd, header.size, position)
+                problem, header = _check_at(chunk, 0, file_bytes - position)
+                problem = problem or self._check_offsets(header, next_offset)
+                if problem is not None:
+                    yield position, None, problem
+                    return
+                assert header is not None
+                yield position, header, None
+                next_offset = header.next_offset
+                pos = header.size
+            position += pos
+
+    def _check_offsets(self, header: BatchHeader | None, next_offset: int) -> str | None:
+        assert header is not None
+        if header.base_offset != next_offset:
+            return f"batch at offset {header.base_offset} where {next_offset} was expected"
+        if not self.can_hold_offset(header.last_offset):
+            return f"offset {header.last_offset} does not fit segment {self.base_offset}"
+        return None
+
+    # --- lifetime ---
+
+    def close(self) -> None:
+        self.offset_index.close()
+        self.time_index.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        self.offset_index.delete()
+        self.time_index.delete()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        os.unlink(self.log_path)
+
+
+def _whole_batches(chunk: bytes) -> Iterator[tuple[int, BatchHeader]]:
+    pos = 0
+    while len(chunk) - pos >= BATCH_HEADER_BYTES:
+        header = read_header(chunk, pos)
+        if len(chunk) - pos < header.size:
+            return
+        yield pos, header
+        pos += header.size
+
+
+def _check_at(chunk: bytes, pos: int, bytes_left_in_file: int
+              ) -> tuple[str | None, BatchHeader | None]:
+    """(problem, header) for the batch at pos of a chunk that starts bytes_left_in_file before the
+    end of the file. 'chunk too short' means: read further and look again."""
+    available = len(chunk) - pos
+    if available < BATCH_HEADER_BYTES:
+        if bytes_left_in_file - pos < BATCH_HEADER_BYTES:
+            return f"torn header: {bytes_left_in_file - pos} bytes left", None
+        return "chunk too short", None
+    try:
+        header = read_header(chunk, pos)
+    except CorruptBatch as e:
+        return str(e), None
+    if header.size > bytes_left_in_file - pos:
+        return f"torn batch: {header.size} bytes, {bytes_left_in_file - pos} left", None
+    if header.size > available:
+        return "chunk too short", None
+    if crc_of(chunk, pos, header.size) != header.crc:
+        return f"CRC mismatch in batch at offset {header.base_offset}", None
+    return None, header

@@ -1,0 +1,305 @@
+"""Log behaviour, one rule per test: appends on both paths, refusals that change nothing, reads and
+their limits, rolls, truncation, log start, retention, producer state, flush and recovery point."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import pytest
+
+from broker.storage import (
+    CorruptRecords,
+    InvalidProducerEpoch,
+    LogConfig,
+    LogConfigError,
+    OffsetOutOfRange,
+    OffsetsNotIncreasing,
+    OutOfOrderSequence,
+    RecordTooLarge,
+    StaleLeaderEpoch,
+)
+from broker.storage.errors import DuplicateSequence
+from protocol.batch import check_all, read_header
+
+from .helpers import FakeClock, make_batch, open_log, read_all
+
+
+def headers_of(data):
+    return check_all(data)
+
+
+def test_leader_append_assigns_offsets_and_stamps_epoch(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    first = log.append_as_leader(make_batch(3, base_offset=99, epoch=7), leader_epoch=2)
+    second = log.append_as_leader(make_batch(2), leader_epoch=2)
+    assert (first.first_offset, first.last_offset) == (0, 2)
+    assert (second.first_offset, second.last_offset) == (3, 4)
+    assert [(h.base_offset, h.partition_leader_epoch) for h in headers_of(log.read(0, 1 << 20))] \
+        == [(0, 2), (3, 2)]
+    assert log.epoch_cache.entries == [(2, 0)]
+    assert log.log_end_offset == 5
+
+
+def test_follower_append_keeps_offsets_and_epochs(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(make_batch(2, base_offset=0, epoch=1))
+    log.append_as_follower(make_batch(2, base_offset=2, epoch=3))
+    assert log.log_end_offset == 4
+    assert log.epoch_cache.entries == [(1, 0), (3, 2)]
+
+
+def test_empty_follower_takes_a_batch_its_log_start_falls_inside(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.truncate_fully_and_start_at(12)  # the leader's log starts at 12, inside batch 10-14
+    log.append_as_follower(make_batch(5, base_offset=10, epoch=1))
+    assert (log.log_start_offset, log.log_end_offset) == (12, 15)
+    assert read_header(log.read(12, 100)).base_offset == 10
+
+
+@pytest.mark.parametrize("records, error", [
+    (make_batch(2, base_offset=1), OffsetsNotIncreasing),
+    (make_batch(2, base_offset=3) + make_batch(2, base_offset=4), OffsetsNotIncreasing),
+    (make_batch(2, base_offset=3)[:-1], CorruptRecords),
+    (b"", CorruptRecords),
+])
+def test_follower_refusals_change_nothing(tmp_path, records, error):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(make_batch(3, base_offset=0, epoch=1))
+    before = read_all(log)
+    with pytest.raises(error):
+        log.append_as_follower(records)
+    assert read_all(log) == before and log.log_end_offset == 3
+
+
+def test_leader_refuses_bad_crc_and_too_large_with_named_reason(tmp_path):
+    log = open_log(tmp_path / "t-0", LogConfig(max_message_bytes=200, flush_ms=2**63 - 1))
+    bad = bytearray(make_batch(1, value_bytes=10))
+    bad[-1] ^= 0xFF
+    with pytest.raises(CorruptRecords, match="CRC"):
+        log.append_as_leader(bytes(bad), 0)
+    with pytest.raises(RecordTooLarge, match="max_message_bytes"):
+        log.append_as_leader(make_batch(1, value_bytes=500), 0)
+    assert log.log_end_offset == 0 and log.active_segment.size_bytes == 0
+
+
+def test_leader_refuses_an_older_epoch(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(1), 5)
+    with pytest.raises(StaleLeaderEpoch):
+        log.append_as_leader(make_batch(1), 4)
+    assert log.log_end_offset == 1
+
+
+def test_read_limits_whole_batches_and_at_least_one(tmp_path):
+    log = open_log(tmp_path / "t-0", LogConfig(flush_ms=2**63 - 1))
+    for _ in range(5):
+        log.append_as_leader(make_batch(2, value_bytes=100), 0)
+    size = read_header(log.read(0, 1)).size
+    assert len(log.read(0, 1)) == size  # one whole batch even past the limit
+    assert len(log.read(0, size * 2 + size // 2)) == size * 2
+    assert headers_of(log.read(3, 1 << 20))[0].base_offset == 2  # the batch holding offset 3
+    assert len(headers_of(log.read(0, 1 << 20, offset_max=4))) == 2
+    assert log.read(10, 100) == b""
+
+
+def test_read_out_of_range_carries_both_ends(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(4), 0)
+    log.update_high_watermark(4)
+    log.advance_log_start_offset(2)
+    for offset in (1, 5):
+        with pytest.raises(OffsetOutOfRange) as e:
+            log.read(offset, 100)
+        assert (e.value.log_start_offset, e.value.log_end_offset) == (2, 4)
+
+
+def test_rolls_on_segment_bytes_segment_ms_and_full_index(tmp_path):
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", LogConfig(segment_bytes=1000, flush_ms=2**63 - 1,
+                                               segment_ms=60_000), clock)
+    for _ in range(4):
+        log.append_as_leader(make_batch(1, value_bytes=300, timestamp_ms=clock.now_ms), 0)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+    clock.advance(60_001)
+    log.append_as_leader(make_batch(1, timestamp_ms=clock.now_ms), 0)
+    assert [s.base_offset for s in log.segments] == [0, 2, 4]
+
+    log2 = open_log(tmp_path / "u-0", LogConfig(segment_index_bytes=16, index_interval_bytes=0,
+                                                flush_ms=2**63 - 1))
+    for _ in range(6):
+        log2.append_as_leader(make_batch(1), 0)
+    assert all(len(s.offset_index) <= 2 for s in log2.segments)
+    assert len(log2.segments) >= 2
+
+
+def with_offset_delta(batch: bytes, last_offset_delta: int) -> bytes:
+    """The batch claiming last_offset_delta (as a compacted batch may), CRC recomputed."""
+    import struct
+
+    from protocol.batch import crc_of
+    buf = bytearray(batch)
+    struct.pack_into(">i", buf, 23, last_offset_delta)
+    struct.pack_into(">I", buf, 17, crc_of(buf, 0, len(buf)))
+    return bytes(buf)
+
+
+def test_follower_rolls_before_offsets_outgrow_int32(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_follower(with_offset_delta(make_batch(1), 2**31 - 10))
+    log.append_as_follower(with_offset_delta(make_batch(1, base_offset=2**31 - 9), 19))
+    assert [s.base_offset for s in log.segments] == [0, 2**31 - 9]
+
+
+def test_leader_refuses_offset_count_mismatch(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    with pytest.raises(CorruptRecords, match="claims"):
+        log.append_as_leader(with_offset_delta(make_batch(2), 1000), 0)
+    assert log.log_end_offset == 0
+
+
+def test_truncate_drops_later_segments_and_cuts_indexes(tmp_path, caplog):
+    log = open_log(tmp_path / "t-0")
+    for i in range(40):
+        log.append_as_leader(make_batch(2), i // 10)
+    segments_before = len(log.segments)
+    with caplog.at_level(logging.INFO, "epochlog.storage"):
+        log.truncate_to(21)  # 21 lies inside the batch 20-21, which goes whole
+    assert "truncated from offset 80 to 20" in caplog.text
+    assert log.log_end_offset == 20 and len(log.segments) < segments_before
+    assert [e.epoch for e in log.epoch_cache.entries] == [0]  # epoch 1 began at 20
+    assert all(k < 20 for s in log.segments for k, _ in s.offset_index.entries())
+    assert read_all(log)[-1][0] == 18
+    log.append_as_leader(make_batch(1), 5)
+    assert log.log_end_offset == 21
+
+
+def test_truncate_below_first_segment_restarts_empty(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.truncate_fully_and_start_at(100)  # a follower whose leader's log starts at 100
+    log.append_as_follower(make_batch(5, base_offset=100, epoch=1))
+    log.truncate_to(50)
+    assert (log.log_start_offset, log.log_end_offset) == (50, 50)
+    assert log.epoch_cache.entries == []
+
+
+def test_advance_log_start_deletes_whole_old_segments(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    for _ in range(30):
+        log.append_as_leader(make_batch(2), 0)
+    log.update_high_watermark(60)
+    second = log.segments[1].base_offset
+    log.advance_log_start_offset(second + 1)
+    assert log.segments[0].base_offset == second
+    assert log.log_start_offset == second + 1
+    assert not os.path.exists(os.path.join(log.directory, f"{0:020d}.log"))
+    assert log.epoch_cache.entries == [(0, second + 1)]
+
+
+def test_retention_by_bytes_and_by_time_stops_at_high_watermark(tmp_path):
+    clock = FakeClock()
+    config = LogConfig(segment_bytes=1000, retention_bytes=2000, retention_ms=10_000,
+                       flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config, clock)
+    for _ in range(20):
+        log.append_as_leader(make_batch(1, value_bytes=300, timestamp_ms=clock.now_ms), 0)
+    assert log.delete_retained_segments() == 0  # nothing is below the high watermark yet
+    log.update_high_watermark(log.log_end_offset)
+    assert log.delete_retained_segments() > 0
+    assert log.size_bytes - log.segments[0].size_bytes < 2000
+    assert log.log_start_offset == log.segments[0].base_offset
+    clock.advance(10_001)
+    log.delete_retained_segments()
+    assert len(log.segments) == 1
+
+
+def test_offset_for_timestamp(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    for i in range(20):
+        log.append_as_leader(make_batch(3, timestamp_ms=1000 + 10 * i), 0)
+    assert log.offset_for_timestamp(1000) == (0, 1000)
+    assert log.offset_for_timestamp(1101) == (31, 1101)
+    assert log.offset_for_timestamp(1105) == (33, 1110)
+    assert log.offset_for_timestamp(9999) is None
+    assert log.offset_for_timestamp(-1) == (60, -1)
+    assert log.offset_for_timestamp(-2) == (0, -1)
+
+
+def test_idempotent_producer_rules(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    def send(seq, n=2, epoch=0, pid=7):
+        return log.append_as_leader(make_batch(n, producer_id=pid, producer_epoch=epoch,
+                                               base_sequence=seq), 0)
+    send(0)
+    second = send(2)
+    retry = send(2)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (2, 3)
+    assert log.log_end_offset == 4
+    with pytest.raises(OutOfOrderSequence):
+        send(5)
+    with pytest.raises(OutOfOrderSequence):
+        send(3, epoch=1)  # a new epoch starts at 0
+    send(0, epoch=1)
+    with pytest.raises(InvalidProducerEpoch):
+        send(4, epoch=0)
+    two = make_batch(2, producer_id=7, producer_epoch=1, base_sequence=0) + \
+        make_batch(1, producer_id=7, producer_epoch=1, base_sequence=2)
+    with pytest.raises(DuplicateSequence):
+        log.append_as_leader(two, 0)
+    state = dict(log.producer_state.producers)
+    log.close()
+    reopened = open_log(tmp_path / "t-0", clean_shutdown=True)
+    assert reopened.producer_state.producers == state
+    assert second.first_offset == 2
+
+
+def test_flush_policy_and_recovery_point(tmp_path):
+    clock = FakeClock()
+    log = open_log(tmp_path / "t-0", LogConfig(flush_messages=5, flush_ms=1000), clock)
+    log.append_as_leader(make_batch(3), 0)
+    assert log.recovery_point == 0
+    log.append_as_leader(make_batch(3), 0)  # 6 messages >= flush_messages
+    assert log.recovery_point == 6
+    log.append_as_leader(make_batch(1), 0)
+    clock.advance(1000)
+    assert log.flush_due()
+    log.auto_flush = False
+    log.append_as_leader(make_batch(1), 0)
+    assert log.recovery_point == 6
+    job = log.begin_flush()
+    job.run()  # may run on another thread
+    log.end_flush(job)
+    assert log.recovery_point == 8
+
+
+def test_flush_job_does_not_move_recovery_point_across_a_truncation(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(make_batch(4), 0)
+    job = log.begin_flush()
+    log.truncate_to(0)
+    log.append_as_leader(make_batch(6), 1)
+    job.run()
+    log.end_flush(job)
+    assert log.recovery_point == 0
+
+
+@pytest.mark.parametrize("field, value", [
+    ("segment_bytes", 5), ("retention_ms", -2), ("flush_messages", 0),
+    ("cleanup_policy", "compact"), ("segment_ms", "soon"),
+])
+def test_bad_settings_name_the_setting(field, value):
+    with pytest.raises(LogConfigError, match=field):
+        LogConfig(**{field: value})
+
+
+def test_clean_reopen_keeps_everything(tmp_path):
+    log = open_log(tmp_path / "t-0")
+    for i in range(30):
+        log.append_as_leader(make_batch(2, timestamp_ms=1000 + i), i // 7)
+    before = read_all(log), log.epoch_cache.entries, log.offset_for_timestamp(1010)
+    log.flush()
+    log.close()
+    again = open_log(tmp_path / "t-0", clean_shutdown=True, recovery_point=60)
+    assert (read_all(again), again.epoch_cache.entries, again.offset_for_timestamp(1010)) == before
+    assert [s.offset_index.entries() for s in again.segments] == \
+        [s.offset_index.entries() for s in log.segments]
