@@ -22,6 +22,7 @@ import asyncio
 import logging
 import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,10 +69,18 @@ class _Conn:
     last_active: float = field(default_factory=time.monotonic)
 
 
+# Called with (api key, version, answer or None) after each request is handled (metrics).
+Observer = Callable[[int, int, Any], None]
+
+
 class KafkaServer:
-    def __init__(self, app: Any, limits: ServerLimits | None = None) -> None:
+    def __init__(self, app: Any, limits: ServerLimits | None = None,
+                 observer: Observer | None = None) -> None:
         self.app = app
         self.limits = limits or ServerLimits()
+        self.observer = observer
+        self.bytes_in_total = 0
+        self.bytes_out_total = 0
         self._server: asyncio.base_events.Server | None = None
         self._conns: set[_Conn] = set()
         self._sweeper: asyncio.Task[None] | None = None
@@ -118,9 +127,13 @@ class KafkaServer:
                 if size < 0 or size > self.limits.frame_bytes_max:
                     raise _Closing(f"frame of {size} bytes (limit {self.limits.frame_bytes_max})")
                 request = await reader.readexactly(size)
+                self.bytes_in_total += 4 + size
                 conn.last_active = time.monotonic()
                 answer = await self._answer(request, peer)
+                if writer.is_closing():  # closed while the handler ran (stop(), idle sweep)
+                    break
                 if answer is not None:
+                    self.bytes_out_total += len(answer)
                     writer.write(answer)
                     if writer.transport.get_write_buffer_size() > self.limits.write_buffer_bytes_max:
                         await writer.drain()
@@ -162,6 +175,8 @@ class KafkaServer:
         except Exception as exc:  # a handler bug: this connection only, loudly
             log.exception("%s v%d from %s failed", api.name, version, peer)
             raise _Closing(f"internal error in {api.name}: {exc}") from exc
+        if self.observer is not None:
+            self.observer(key, version, result)
         if result is None:
             return None
         header_bytes = encode_response_header(correlation_id, api.response_header_version(version))

@@ -15,7 +15,9 @@ from collections.abc import Sequence
 SUBCOMMAND_MODULES = (
     "protocol.cli",
     "broker.tools",
+    "broker.cli",
     "controller.cli",
+    "epochlog.cluster",
 )
 
 

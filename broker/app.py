@@ -1,0 +1,187 @@
+"""`Broker`: one broker process's parts, started and stopped in the order the contract needs.
+
+Start (docs/control-plane.md "Start-up order"):
+1. open the data dir (storage LogManager: recovery after a crash, identity check);
+2. listen for Kafka requests (the controller connects here right after our registration);
+3. register with the controller (our generation), then heartbeat in the background;
+4. a storage task fsyncs due logs off the event loop and writes checkpoints;
+5. metrics, if asked for.
+Stop: controlled shutdown (our leaderships move while we still serve), stop heartbeating, stop
+listening, wake every waiting request, then flush every log and write the checkpoints and the
+clean-shutdown marker (LogManager.close).
+
+Everything runs on one event loop, which owns all broker state; handlers reach it as `ctx.app`.
+A background task that fails sets `fatal`, and the process stops (never a half-working broker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
+from protocol.error_codes import ErrorCode, name_of
+
+from .config import BrokerConfig
+from .controller_link import ControllerLink, ControllerUnavailable
+from .fencing import ControlEpochs
+from .handlers import load_all
+from .handlers._partitions import valid_topic_name
+from .metadata_cache import MetadataCache
+from .metrics import RequestStats, serve_metrics
+from .producer_ids import ProducerIdAllocator
+from .replicas import ReplicaManager
+from .server import KafkaServer, ServerLimits
+from .storage import LogManager
+
+log = logging.getLogger("epochlog.broker")
+
+STORAGE_TICK_MS = 100  # how often due flushes, retention and checkpoints are looked at
+AUTO_CREATE_WAIT_MS_MAX = 2000  # how long Metadata waits for an auto-created topic to arrive
+AUTO_CREATE_PENDING_MAX = 100  # topics being auto-created for Produce at once
+
+
+def wall_clock_ms() -> int:
+    """Storage compares record timestamps (wall time) with now, for retention and segment_ms."""
+    return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class Broker:
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.broker_id = config.broker_id
+        self.epochs = ControlEpochs(config.broker_id)
+        self.metadata = MetadataCache()
+        self.stats = RequestStats()
+        self.replicas: ReplicaManager | None = None
+        self.producer_ids: ProducerIdAllocator | None = None
+        self.server: KafkaServer | None = None
+        self.controller: ControllerLink | None = None
+        self.advertised: tuple[str, int] = ("", 0)
+        self.fatal = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its auto-create task
+
+    # ---------------------------------------------------------------------------- start, stop
+    async def start(self) -> int:
+        """Open, listen, register; returns our generation."""
+        load_all()
+        logs = LogManager.open(self.config.data_dir, self.config.log_config(), wall_clock_ms,
+                               broker_id=self.broker_id, cluster_id=self.config.cluster_id)
+        self.replicas = ReplicaManager(self.broker_id, logs, monotonic_ms,
+                                       produce_waiters_max=self.config.produce_waiters_max,
+                                       fetch_waiters_max=self.config.fetch_waiters_max)
+        self.producer_ids = ProducerIdAllocator(self.config.data_dir, self.broker_id)
+        self.server = KafkaServer(self, ServerLimits(
+            frame_bytes_max=self.config.frame_bytes_max,
+            connections_max=self.config.connections_max,
+            idle_ms_max=self.config.connection_idle_ms_max), observer=self.stats)
+        _, port = await self.server.start(*self.config.listen_address)
+        self.advertised = self.config.advertised_address(port)
+        self.controller = ControllerLink(self.config, self.epochs, *self.advertised,
+                                         on_generation_lost=self._generation_lost)
+        generation = await self.controller.register()
+        self._spawn(self.controller.run(), "heartbeat")
+        self._spawn(self._storage_loop(), "storage")
+        if self.config.metrics_address is not None:
+            serve_metrics(self, self.stats, *self.config.metrics_address)
+        return generation
+
+    async def stop(self, controlled: bool = True) -> None:
+        if self.controller is not None:
+            if controlled and self.epochs.generation >= 0:
+                await self._controlled_shutdown(self.controller)
+            await self.controller.close()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.server is not None:
+            await self.server.stop()
+        if self.replicas is not None:
+            self.replicas.close()
+        log.info("broker %d stopped (generation %d)", self.broker_id, self.epochs.generation)
+
+    async def _controlled_shutdown(self, controller: ControllerLink) -> None:
+        limit_ms = self.config.controlled_shutdown_ms_max
+        try:
+            async with asyncio.timeout(limit_ms / 1000):
+                await controller.controlled_shutdown()
+        except TimeoutError:
+            log.warning("controlled shutdown did not finish in %d ms; stopping anyway", limit_ms)
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("broker %d: task %s failed, stopping", self.broker_id, task.get_name(),
+                  exc_info=task.exception())
+        self.fatal.set()
+
+    async def _storage_loop(self) -> None:
+        assert self.replicas is not None
+        while True:
+            await asyncio.sleep(STORAGE_TICK_MS / 1000)
+            await self.replicas.flush_due_logs()
+            self.replicas.logs.tick()  # retention and checkpoints, each on its own interval
+
+    def _generation_lost(self, why: str) -> None:
+        assert self.replicas is not None
+        count = self.replicas.resign_all(why)
+        log.warning("broker %d: generation %d is over: stopped leading %d partitions",
+                    self.broker_id, self.epochs.generation, count)
+
+    # ---------------------------------------------------------------------- auto-creation
+    async def auto_create(self, names: list[str]) -> None:
+        """Ask the controller to create topics (cluster defaults), then wait, bounded, until
+        they reach our metadata cache."""
+        assert self.controller is not None
+        request = CreateTopicsRequest(timeout_ms=AUTO_CREATE_WAIT_MS_MAX, topics=[
+            CreatableTopic(name=n, num_partitions=self.config.num_partitions,
+                           replication_factor=self.config.default_replication_factor)
+            for n in names])
+        try:
+            answer = await self.controller.forward(19, None, request)
+        except ControllerUnavailable as exc:
+            log.warning("auto-creating %s failed: %s", names, exc)
+            return
+        wanted = []
+        for result in answer.topics:
+            if result.error_code in (0, ErrorCode.TOPIC_ALREADY_EXISTS):
+                wanted.append(result.name)
+                if result.error_code == 0:
+                    log.info("auto-created topic %s (%d partitions, replication factor %d)",
+                             result.name, result.num_partitions, result.replication_factor)
+            else:
+                log.warning("auto-creating topic %s refused: %s %s", result.name,
+                            name_of(result.error_code), result.error_message or "")
+        await self._wait_for_topics(wanted)
+
+    async def _wait_for_topics(self, names: list[str]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + AUTO_CREATE_WAIT_MS_MAX / 1000
+        while not all(self.metadata.has_topic(n) for n in names):
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0 or not await self.metadata.changed(remaining_ms):
+                return
+
+    def auto_create_soon(self, topic: str) -> None:
+        """Produce to an unknown topic: create it in the background (DESIGN.md: first use)."""
+        if (not self.config.auto_create_topics_enable or not valid_topic_name(topic)
+                or topic in self._creating or len(self._creating) >= AUTO_CREATE_PENDING_MAX):
+            return
+        task = asyncio.get_running_loop().create_task(self.auto_create([topic]))
+        self._creating[topic] = task
+        task.add_done_callback(lambda _: self._creating.pop(topic, None))

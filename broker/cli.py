@@ -1,0 +1,104 @@
+"""`epochlog broker`: run one broker until SIGTERM or SIGINT.
+
+    epochlog broker --id N --rack R --listen HOST:PORT [--advertised HOST:PORT]
+                    --controller HOST:PORT --data-dir D [--metrics-listen HOST:PORT]
+                    [--config FILE.toml] [--set NAME=VALUE ...]
+
+Settings come from these flags, `EPOCHLOG_*` variables and the TOML file (flags win); `--set`
+reaches any setting of BrokerConfig. A bad setting is refused before any file or port is opened:
+the process prints the setting's name and the reason and exits with 2. Once registered it logs one
+line: "broker N (rack R) listening on HOST:PORT ... generation G". On SIGTERM/SIGINT it does a
+controlled shutdown, closes its logs cleanly and exits 0; a failure exits non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from typing import Any
+
+from epochlog.settings import SettingsError, load_settings
+
+from .config import BrokerConfig
+
+log = logging.getLogger("epochlog.broker")
+EXIT_BAD_SETTINGS, EXIT_START_FAILED, EXIT_FATAL = 2, 1, 70
+
+
+def add_parser(subparsers: Any) -> None:
+    p = subparsers.add_parser("broker", help="run a broker")
+    p.add_argument("--id", dest="broker_id", help="broker id (>= 0)")
+    p.add_argument("--rack", help="rack of this broker (for replica placement and KIP-392)")
+    p.add_argument("--listen", help="HOST:PORT to serve Kafka clients on")
+    p.add_argument("--advertised", help="HOST:PORT others reach us at (default: --listen)")
+    p.add_argument("--controller", help="HOST:PORT of the controller")
+    p.add_argument("--data-dir", help="folder of this broker's partition logs")
+    p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: off)")
+    p.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                   help="any other setting, e.g. --set num_partitions=3")
+    p.add_argument("--log-level", default="INFO")
+    p.set_defaults(func=run)
+
+
+def load(args: argparse.Namespace) -> BrokerConfig:
+    overrides: dict[str, Any] = {
+        "broker_id": args.broker_id, "rack": args.rack, "listen": args.listen,
+        "advertised": args.advertised, "controller": args.controller, "data_dir": args.data_dir,
+        "metrics_listen": args.metrics_listen}
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SettingsError(f"--set {item!r}: expected NAME=VALUE")
+        overrides[name.strip()] = value
+    return load_settings(BrokerConfig, overrides, toml_path=args.config)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        config = load(args)
+    except SettingsError as exc:
+        print(f"epochlog broker: {exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    import uvloop
+
+    return uvloop.run(serve(config))
+
+
+async def serve(config: BrokerConfig) -> int:
+    from .app import Broker
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    starting = asyncio.ensure_future(broker.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():  # stopped while still registering
+        starting.cancel()
+        await asyncio.gather(starting, return_exceptions=True)
+        await broker.stop(controlled=False)
+        return 0
+    stopping.cancel()
+    if starting.exception() is not None:
+        log.error("broker %d failed to start: %s", config.broker_id, starting.exception())
+        await broker.stop(controlled=False)
+        return EXIT_START_FAILED
+    host, port = broker.advertised
+    log.info("broker %d (rack %s) listening on %s (advertised %s:%d), generation %d, "
+             "controller %s, data dir %s", config.broker_id, config.rack or "-", config.listen,
+             host, port, starting.result(), config.controller, config.data_dir)
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.fatal.wait())]
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    log.info("broker %d stopping (generation %d)", config.broker_id, broker.epochs.generation)
+    await broker.stop(controlled=True)
+    return EXIT_FATAL if broker.fatal.is_set() else 0

@@ -1,0 +1,199 @@
+"""`ControllerLink`: the broker's side of docs/control-plane.md, broker to controller.
+
+Theory of operation
+-------------------
+1. `register()` sends BrokerRegistration (v0) with our id, rack, advertised listener and an
+   incarnation id made new at every process start, retrying (with a bounded backoff) until the
+   controller answers; the answer's broker epoch is our generation (KIP-380).
+2. `run()` heartbeats every `broker_heartbeat_interval_ms`, starting right after registration.
+   A lost connection is reopened and the heartbeat carries on with the same broker epoch (a
+   restarted controller gives live generations a fresh session). STALE_BROKER_EPOCH means our
+   session expired and the generation is over: stop leading (`on_generation_lost`) and register
+   again with the same incarnation id, which gives a new, higher generation.
+3. `controlled_shutdown()` asks the controller to move our leaderships away, repeating every
+   `controlled_shutdown_backoff_ms` until nothing remains or `controlled_shutdown_retries_max` is
+   spent. STALE_BROKER_EPOCH there means the generation is already over: nothing left to do.
+4. `forward()` relays an admin request (CreateTopics, ...) to the controller on a second
+   connection, so a slow admin request never delays a heartbeat.
+
+The generation itself lives in `ControlEpochs` (fencing.py): one log line per change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from client.connection import Connection, NoCommonVersion
+from protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
+from protocol.apis.broker_registration import (BrokerRegistrationListener,
+                                               BrokerRegistrationRequest)
+from protocol.apis.controlled_shutdown import ControlledShutdownRequest
+from protocol.error_codes import ErrorCode, name_of
+from protocol.registry import APIS
+from protocol.schema import Message
+
+from .config import BrokerConfig
+from .fencing import ControlEpochs
+
+log = logging.getLogger("epochlog.broker")
+
+LISTENER_NAME = "PLAINTEXT"
+BACKOFF_MS_MIN, BACKOFF_MS_MAX = 50, 1000
+# A failed registration is logged on the first try and then every this many tries, not each one.
+REGISTRATION_LOG_EVERY = 20
+
+
+class ControllerUnavailable(ConnectionError):
+    """The controller could not be reached or did not answer in time."""
+
+
+class ControllerLink:
+    def __init__(self, config: BrokerConfig, epochs: ControlEpochs, host: str, port: int,
+                 on_generation_lost: Callable[[str], None]) -> None:
+        self.config = config
+        self.epochs = epochs
+        self.advertised = (host, port)
+        self.incarnation_id = uuid.uuid4()
+        self.on_generation_lost = on_generation_lost
+        self.heartbeats_total = 0
+        self.registrations_total = 0
+        self._conns: dict[str, Connection] = {}
+        self._stopping = asyncio.Event()
+
+    # -------------------------------------------------------------------------- connections
+    async def _connection(self, purpose: str) -> Connection:
+        conn = self._conns.get(purpose)
+        if conn is not None and not conn.closed:
+            return conn
+        host, port = self.config.controller_address
+        timeout_ms = self.config.controller_request_timeout_ms
+        try:
+            conn = await Connection(host, port, client_id=f"epochlog-broker-{purpose}",
+                                    request_timeout_ms=timeout_ms,
+                                    connect_timeout_ms=timeout_ms).connect()
+        except (OSError, asyncio.TimeoutError) as exc:
+            raise ControllerUnavailable(f"controller {host}:{port}: {exc}") from exc
+        self._conns[purpose] = conn
+        return conn
+
+    async def _request(self, purpose: str, key: int, message: Message,
+                       version: int | None = None) -> Any:
+        conn = await self._connection(purpose)
+        api = APIS[key]
+        try:
+            return await conn.request(api, conn.version_for(api) if version is None else version,
+                                      message)
+        except (OSError, asyncio.TimeoutError) as exc:
+            await conn.close()
+            raise ControllerUnavailable(f"{api.name} to the controller: {exc}") from exc
+
+    async def close(self) -> None:
+        self._stopping.set()
+        for conn in list(self._conns.values()):
+            await conn.close()
+        self._conns.clear()
+
+    # ------------------------------------------------------------------------- registration
+    def _registration(self) -> BrokerRegistrationRequest:
+        host, port = self.advertised
+        return BrokerRegistrationRequest(
+            broker_id=self.config.broker_id, cluster_id=self.config.cluster_id,
+            incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,
+            listeners=[BrokerRegistrationListener(name=LISTENER_NAME, host=host, port=port)])
+
+    async def register(self) -> int:
+        """Register until the controller answers; returns the new generation (-1 if close()
+        came first). Raises RuntimeError on an answer that retrying cannot fix (wrong cluster
+        id, bad listener)."""
+        backoff_ms, tries = BACKOFF_MS_MIN, 0
+        while not self._stopping.is_set():
+            tries += 1
+            try:
+                answer = await self._request("heartbeat", 62, self._registration(), 0)
+            except ControllerUnavailable as exc:
+                if tries % REGISTRATION_LOG_EVERY == 1:
+                    log.warning("broker %d: registration failed (try %d), retrying: %s",
+                                self.config.broker_id, tries, exc)
+                await self._pause(backoff_ms)
+                backoff_ms = min(backoff_ms * 2, BACKOFF_MS_MAX)
+                continue
+            if answer.error_code != 0:
+                raise RuntimeError(f"the controller refused our registration: "
+                                   f"{name_of(answer.error_code)}")
+            self.registrations_total += 1
+            self.epochs.observe_generation(answer.broker_epoch, "registered")
+            return answer.broker_epoch
+        return -1
+
+    # ---------------------------------------------------------------------------- heartbeats
+    async def run(self) -> None:
+        """Heartbeat until close(); re-register whenever the generation is over."""
+        interval_s = self.config.broker_heartbeat_interval_ms / 1000
+        while not self._stopping.is_set():
+            await self._pause(self.config.broker_heartbeat_interval_ms)
+            if self._stopping.is_set():
+                return
+            try:
+                answer = await self._request("heartbeat", 63, BrokerHeartbeatRequest(
+                    broker_id=self.config.broker_id, broker_epoch=self.epochs.generation), 0)
+            except ControllerUnavailable as exc:
+                log.debug("heartbeat failed, retrying in %.2fs: %s", interval_s, exc)
+                continue
+            self.heartbeats_total += 1
+            if answer.error_code == ErrorCode.STALE_BROKER_EPOCH:
+                why = f"the controller says generation {self.epochs.generation} is over"
+                log.warning("broker %d: %s (session expired); stop leading, register again",
+                            self.config.broker_id, why)
+                self.on_generation_lost(why)
+                await self.register()
+            elif answer.error_code != 0:
+                log.warning("heartbeat answered %s", name_of(answer.error_code))
+
+    async def _pause(self, ms: int) -> None:
+        try:
+            async with asyncio.timeout(ms / 1000):
+                await self._stopping.wait()
+        except TimeoutError:
+            pass
+
+    # --------------------------------------------------------------------- controlled shutdown
+    async def controlled_shutdown(self) -> bool:
+        """True once the controller reports nothing left that we lead (or that our generation
+        is already over); False if the retries ran out."""
+        attempts = self.config.controlled_shutdown_retries_max + 1
+        for attempt in range(1, attempts + 1):
+            request = ControlledShutdownRequest(broker_id=self.config.broker_id,
+                                                broker_epoch=self.epochs.generation)
+            try:
+                answer = await self._request("shutdown", 7, request)
+            except (ControllerUnavailable, NoCommonVersion) as exc:
+                log.warning("controlled shutdown try %d/%d failed: %s", attempt, attempts, exc)
+            else:
+                if answer.error_code == ErrorCode.STALE_BROKER_EPOCH:
+                    log.info("controlled shutdown: generation %d is already over",
+                             self.epochs.generation)
+                    return True
+                if answer.error_code == 0 and not answer.remaining_partitions:
+                    log.info("controlled shutdown of generation %d done", self.epochs.generation)
+                    return True
+                remaining = [f"{p.topic_name}-{p.partition_index}"
+                             for p in answer.remaining_partitions]
+                log.info("controlled shutdown try %d/%d: %s, still leading %s", attempt,
+                         attempts, name_of(answer.error_code), remaining)
+            if attempt < attempts:
+                await asyncio.sleep(self.config.controlled_shutdown_backoff_ms / 1000)
+        log.warning("controlled shutdown gave up after %d tries", attempts)
+        return False
+
+    # ----------------------------------------------------------------------------- forwarding
+    async def forward(self, key: int, version: int | None, message: Message) -> Any:
+        """Send an admin request to the controller at the client's version (None: the highest
+        both speak); its answer. Raises ControllerUnavailable."""
+        try:
+            return await self._request("admin", key, message, version)
+        except NoCommonVersion as exc:
+            raise ControllerUnavailable(str(exc)) from exc

@@ -1,0 +1,77 @@
+"""Fencing rules: which requests a broker refuses because they name an outdated epoch.
+
+Two kinds, both pure functions of numbers so the simulation and the handlers share them:
+
+- Control requests (KIP-380, docs/control-plane.md): `ControlEpochs.admit` checks, before anything
+  else, the broker epoch (older than our generation: STALE_BROKER_EPOCH, meant for a previous
+  process or session of ours) and then the controller epoch (older than the highest accepted:
+  STALE_CONTROLLER_EPOCH, from a controller that has been replaced).
+- Client requests (KIP-320, KIP-359): `leader_epoch_error` compares the leader epoch a client
+  believes current with the partition's: older -> FENCED_LEADER_EPOCH, newer ->
+  UNKNOWN_LEADER_EPOCH (we have not heard of it yet), -1 -> no check.
+
+`ControlEpochs` holds the broker's generation. Two writers raise it (the controller link when a
+registration is answered, a control request that names a newer one) and both only ever take the
+maximum, so neither can undo the other; everything runs on the one event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from protocol.error_codes import ErrorCode
+
+log = logging.getLogger("epochlog.broker")
+
+NO_EPOCH = -1
+
+
+class ControlEpochs:
+    def __init__(self, broker_id: int) -> None:
+        self.broker_id = broker_id
+        self.generation = NO_EPOCH  # our broker epoch; -1 until the first registration
+        self.controller_epoch = NO_EPOCH  # the highest controller epoch accepted
+        self.controller_id = NO_EPOCH
+        self.refused: dict[str, int] = {}  # "STALE_BROKER_EPOCH" -> count, for metrics
+
+    def observe_generation(self, broker_epoch: int, why: str) -> bool:
+        """Adopt broker_epoch if it is newer; True (and one log line) when it was."""
+        if broker_epoch <= self.generation:
+            return False
+        old, self.generation = self.generation, broker_epoch
+        log.info("broker %d: generation %d -> %d (%s)", self.broker_id, old, broker_epoch, why)
+        return True
+
+    def admit(self, what: str, controller_id: int, controller_epoch: int,
+              broker_epoch: int) -> int:
+        """0 to apply the control request, else the top-level error to answer (and do nothing).
+        A broker epoch newer than ours means our registration answer is still on its way."""
+        if broker_epoch < self.generation:
+            return self._refuse(ErrorCode.STALE_BROKER_EPOCH, what,
+                                f"broker epoch {broker_epoch} is older than our generation "
+                                f"{self.generation}")
+        if controller_epoch < self.controller_epoch:
+            return self._refuse(ErrorCode.STALE_CONTROLLER_EPOCH, what,
+                                f"controller epoch {controller_epoch} is older than "
+                                f"{self.controller_epoch}")
+        self.observe_generation(broker_epoch, f"named by {what}")
+        if controller_epoch > self.controller_epoch:
+            log.info("broker %d: controller %d epoch %d -> %d", self.broker_id, controller_id,
+                     self.controller_epoch, controller_epoch)
+            self.controller_epoch = controller_epoch
+        self.controller_id = controller_id
+        return 0
+
+    def _refuse(self, error: ErrorCode, what: str, why: str) -> int:
+        self.refused[error.name] = self.refused.get(error.name, 0) + 1
+        log.warning("broker %d: fenced %s: %s (%s)", self.broker_id, what, why, error.name)
+        return int(error)
+
+
+def leader_epoch_error(requested: int, current: int) -> int:
+    """KIP-320 fencing of a client's CurrentLeaderEpoch against the partition's leader epoch."""
+    if requested == NO_EPOCH or requested == current:
+        return 0
+    if requested < current:
+        return ErrorCode.FENCED_LEADER_EPOCH
+    return ErrorCode.UNKNOWN_LEADER_EPOCH

@@ -1,0 +1,26 @@
+"""CreatePartitions (key 37), versions 0-3: forwarded unchanged to the controller.
+
+v2 is flexible. New partitions reach their replicas as LeaderAndIsr with is_new set.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis.create_partitions import (CreatePartitionsRequest, CreatePartitionsResponse,
+                                             CreatePartitionsTopicResult)
+
+from . import register
+from ._forward import forward
+
+
+def failed(request: CreatePartitionsRequest, error: int) -> CreatePartitionsResponse:
+    return CreatePartitionsResponse(results=[
+        CreatePartitionsTopicResult(name=t.name, error_code=error) for t in request.topics])
+
+
+async def handle(ctx: Any, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    return await forward(ctx, 37, request, failed)
+
+
+register(37, 0, 3, handle)

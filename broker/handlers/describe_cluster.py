@@ -1,0 +1,36 @@
+"""DescribeCluster (key 60), versions 0-1.
+
+Answered from the metadata cache: the live brokers with their racks, the cluster id, and our own
+id as the controller id (admin requests to any broker are forwarded, as in KRaft; see
+metadata.py). v1 endpoint_type: 1 (brokers) is served; 2 (controllers) is
+MISMATCHED_ENDPOINT_TYPE, as a Kafka broker answers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis.describe_cluster import (DescribeClusterBroker, DescribeClusterRequest,
+                                            DescribeClusterResponse)
+from protocol.error_codes import ErrorCode
+
+from . import register
+
+ENDPOINT_BROKERS = 1
+
+
+async def handle(ctx: Any, request: DescribeClusterRequest) -> DescribeClusterResponse:
+    app = ctx.app
+    if request.endpoint_type != ENDPOINT_BROKERS:
+        return DescribeClusterResponse(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
+                                       error_message="brokers describe brokers (endpoint type 1)",
+                                       endpoint_type=request.endpoint_type)
+    return DescribeClusterResponse(
+        cluster_id=app.config.cluster_id, controller_id=app.broker_id,
+        endpoint_type=request.endpoint_type,
+        brokers=[DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
+                                       rack=b.rack)
+                 for _, b in sorted(app.metadata.brokers.items())])
+
+
+register(60, 0, 1, handle)

@@ -1,0 +1,57 @@
+"""LeaderAndIsr (key 4), versions 2-4. Controller to broker.
+
+v2 carries broker_epoch (KIP-380); v3 adds adding/removing replicas (not used: no reassignment);
+v4 is flexible and is what the controller sends. Fenced first (fencing.ControlEpochs.admit):
+an older broker epoch is STALE_BROKER_EPOCH, so the first LeaderAndIsr a restarted broker
+processes can never be one sent before it started; an older controller epoch is
+STALE_CONTROLLER_EPOCH; either way nothing is applied.
+
+Each partition state is applied when newer (replicas.ReplicaManager.apply_partition_state; not
+newer: per-partition STALE_CONTROLLER_EPOCH). The first LeaderAndIsr of a generation from a
+controller epoch lists every partition placed here: local partitions it leaves out are deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from protocol.apis.leader_and_isr import (LeaderAndIsrPartitionError, LeaderAndIsrRequest,
+                                          LeaderAndIsrResponse)
+
+from ..partition import PartitionState
+from . import register
+
+log = logging.getLogger("epochlog.broker")
+
+
+async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+    app = ctx.app
+    error = app.epochs.admit("LeaderAndIsr", request.controller_id, request.controller_epoch,
+                             request.broker_epoch)
+    if error:
+        return LeaderAndIsrResponse(error_code=error)
+    replicas = app.replicas
+    errors, listed = [], []
+    for topic in request.topic_states:
+        for ps in topic.partition_states:
+            state = PartitionState(ps.leader, ps.leader_epoch, ps.partition_epoch,
+                                   tuple(ps.replicas), tuple(ps.isr), ps.controller_epoch)
+            code = replicas.apply_partition_state(topic.topic_name, ps.partition_index, state,
+                                                  ps.is_new)
+            listed.append((topic.topic_name, ps.partition_index))
+            errors.append(LeaderAndIsrPartitionError(topic_name=topic.topic_name,
+                                                     partition_index=ps.partition_index,
+                                                     error_code=code))
+    generation = app.epochs.generation
+    first = replicas.synced_at != (generation, request.controller_epoch)
+    deleted = replicas.forget_unlisted(listed, generation, request.controller_epoch)
+    if first:
+        log.info("broker %d generation %d: first LeaderAndIsr from controller epoch %d: %d "
+                 "partitions, leading %d, %d deleted as no longer ours", app.broker_id,
+                 generation, request.controller_epoch, len(listed), replicas.leader_count(),
+                 len(deleted))
+    return LeaderAndIsrResponse(partition_errors=errors)
+
+
+register(4, 2, 4, handle)

@@ -1,0 +1,81 @@
+"""Metadata (key 3), versions 1-12.
+
+v1 racks and controller id; v2 cluster id; v4 allow_auto_topic_creation; v5 offline replicas;
+v7 partition leader epoch (KIP-320); v9 flexible; v10 topic ids (always zero here: UpdateMetadata
+v6 carries none); v12 a topic may be asked for by id alone (UNKNOWN_TOPIC_ID: we know no ids).
+
+Answered from the metadata cache (UpdateMetadata). An unknown topic is created when the client
+allows it (v4+; always before v4) and the broker's auto_create_topics_enable is on: CreateTopics
+goes to the controller with the broker's num_partitions and default_replication_factor, and the
+answer waits (bounded) for the new topic to reach our cache; one that has not arrived is answered
+LEADER_NOT_AVAILABLE, which clients retry, as Kafka answers a topic being created. An invalid
+name is INVALID_TOPIC_EXCEPTION; an unknown topic otherwise UNKNOWN_TOPIC_OR_PARTITION.
+
+The controller id answered is our own broker id: as in KRaft, admin requests may go to any broker,
+which forwards them to the controller (a node the clients never see).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis.metadata import (MetadataRequest, MetadataResponse, MetadataResponseBroker,
+                                    MetadataResponsePartition, MetadataResponseTopic)
+from protocol.error_codes import ErrorCode
+from protocol.schema import ZERO_UUID
+
+from ..metadata_cache import MetadataCache
+from . import register
+from ._partitions import valid_topic_name
+
+E = ErrorCode
+NO_LEADER = -1
+
+
+async def handle(ctx: Any, request: MetadataRequest) -> MetadataResponse:
+    app = ctx.app
+    cache: MetadataCache = app.metadata
+    asked = None if request.topics is None else [t.name for t in request.topics]
+    if asked is not None and app.config.auto_create_topics_enable and \
+            request.allow_auto_topic_creation:
+        missing = [n for n in asked if n and valid_topic_name(n) and not cache.has_topic(n)]
+        if missing:
+            await app.auto_create(missing)
+    names = sorted(cache.topics) if asked is None else asked
+    return MetadataResponse(brokers=_brokers(app), cluster_id=app.config.cluster_id,
+                            controller_id=app.broker_id,
+                            topics=[_topic(app, cache, name) for name in names])
+
+
+def _brokers(app: Any) -> list[MetadataResponseBroker]:
+    known = app.metadata.brokers
+    if not known:  # before the first UpdateMetadata: at least we exist
+        host, port = app.advertised
+        return [MetadataResponseBroker(node_id=app.broker_id, host=host, port=port,
+                                       rack=app.config.rack_or_none)]
+    return [MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
+            for _, b in sorted(known.items())]
+
+
+def _topic(app: Any, cache: MetadataCache, name: str | None) -> MetadataResponseTopic:
+    if name is None:
+        return MetadataResponseTopic(error_code=E.UNKNOWN_TOPIC_ID, name=None)
+    parts = cache.topics.get(name)
+    if parts is None:
+        if not valid_topic_name(name):
+            error = E.INVALID_TOPIC_EXCEPTION
+        elif app.config.auto_create_topics_enable:
+            error = E.LEADER_NOT_AVAILABLE
+        else:
+            error = E.UNKNOWN_TOPIC_OR_PARTITION
+        return MetadataResponseTopic(error_code=error, name=name)
+    return MetadataResponseTopic(name=name, topic_id=ZERO_UUID, partitions=[
+        MetadataResponsePartition(
+            error_code=E.LEADER_NOT_AVAILABLE if p.leader == NO_LEADER else 0,
+            partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,
+            replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
+            offline_replicas=list(p.offline_replicas))
+        for index, p in sorted(parts.items())])
+
+
+register(3, 1, 12, handle)

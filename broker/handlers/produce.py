@@ -1,0 +1,143 @@
+"""Produce (key 0), versions 3-9.
+
+v3 is the first with RecordBatch v2, the only format accepted (magic 0/1 batches get
+UNSUPPORTED_FOR_MESSAGE_FORMAT); v5 answers log_start_offset; v8 error messages; v9 is flexible
+and carries epochlog's KIP-359 field: each partition's `current_leader_epoch` (tagged field 359,
+protocol/apis/produce.py), fenced as Fetch is: older than the leader's epoch -> FENCED_LEADER_EPOCH,
+newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
+
+Each batch is checked (protocol.batch.check: structure, CRC, magic 2, size against
+message_max_bytes) before the leader appends it through storage, which assigns offsets from the
+log end and stamps our leader epoch. Idempotent producers: storage's producer state checks
+sequences; a retried batch (Kafka's DUPLICATE_SEQUENCE_NUMBER case) is answered as a success with
+its original offsets, as Kafka does; OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH
+come from storage. Kafka (2.5+, KIP-360) no longer answers UNKNOWN_PRODUCER_ID to a produce, and
+neither do we: an unknown producer may start at any sequence.
+
+acks: 0 -> no answer; 1 -> answered once the leader has appended; -1 (all) -> answered when the
+high watermark passes the last batch (the produce purgatory, woken when it moves) or after
+timeout_ms with REQUEST_TIMED_OUT; a partition that lost its leadership meanwhile answers
+NOT_LEADER_OR_FOLLOWER. Anything else is INVALID_REQUIRED_ACKS. Transactions are not supported:
+a request naming a transactional id is refused with INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from protocol.apis.produce import (PartitionProduceData, PartitionProduceResponse,
+                                   ProduceRequest, ProduceResponse, TopicProduceResponse)
+from protocol.batch import CorruptBatch, check
+from protocol.error_codes import ErrorCode
+
+from ..partition import Partition
+from ..storage import StorageError
+from . import register
+from ._partitions import leader
+
+log = logging.getLogger("epochlog.broker")
+E = ErrorCode
+ACKS = (-1, 0, 1)
+
+
+class _Refused(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        self.code = code
+        super().__init__(message)
+
+
+def _check_batches(records: bytes | None, bytes_max: int) -> None:
+    if not records:
+        raise _Refused(E.CORRUPT_MESSAGE, "no record batches")
+    pos = 0
+    while pos < len(records):
+        try:
+            header = check(records, pos)
+        except CorruptBatch as exc:
+            code = E.UNSUPPORTED_FOR_MESSAGE_FORMAT if exc.field == "RecordBatch.magic" \
+                else E.CORRUPT_MESSAGE
+            raise _Refused(code, str(exc)) from None
+        if header.size > bytes_max:
+            raise _Refused(E.MESSAGE_TOO_LARGE, f"batch of {header.size} bytes is over "
+                                                f"message_max_bytes {bytes_max}")
+        if header.is_transactional or header.is_control:
+            raise _Refused(E.INVALID_RECORD, "transactional and control batches are not "
+                                             "accepted (no transactions)")
+        pos += header.size
+
+
+def _append(app: Any, topic: str, data: PartitionProduceData
+            ) -> tuple[PartitionProduceResponse, Partition | None, int]:
+    """The answer for one partition, and (partition, last offset) to wait for under acks=all."""
+    answer = PartitionProduceResponse(index=data.index)
+    partition, answer.error_code = leader(app, topic, data.index, data.current_leader_epoch)
+    if partition is None:
+        if answer.error_code == E.UNKNOWN_TOPIC_OR_PARTITION:
+            app.auto_create_soon(topic)
+        return answer, None, -1
+    try:
+        _check_batches(data.records, app.config.message_max_bytes)
+        assert data.records is not None
+        info = partition.append_as_leader(data.records)
+    except _Refused as exc:
+        answer.error_code, answer.error_message = exc.code, str(exc)
+        return answer, None, -1
+    except StorageError as exc:
+        answer.error_code, answer.error_message = exc.error_code, str(exc)
+        return answer, None, -1
+    app.replicas.poke((topic, data.index))
+    answer.base_offset = info.first_offset
+    answer.log_start_offset = partition.log_start_offset
+    return answer, partition, info.last_offset
+
+
+async def handle(ctx: Any, request: ProduceRequest) -> ProduceResponse | None:
+    app = ctx.app
+    refuse = 0
+    if request.acks not in ACKS:
+        refuse = E.INVALID_REQUIRED_ACKS
+    elif request.transactional_id:
+        refuse = E.INVALID_REQUEST
+    waits: list[tuple[PartitionProduceResponse, Partition, int, int]] = []
+    topics = []
+    for topic in request.topic_data:
+        answers = []
+        for data in topic.partition_data:
+            if refuse:
+                answers.append(PartitionProduceResponse(index=data.index, error_code=refuse))
+                continue
+            answer, partition, last_offset = _append(app, topic.name, data)
+            answers.append(answer)
+            if partition is not None:
+                waits.append((answer, partition, partition.leader_epoch, last_offset))
+        topics.append(TopicProduceResponse(name=topic.name, partition_responses=answers))
+    if request.acks == 0:
+        return None
+    if request.acks == -1 and waits:
+        await _wait_for_replication(app, waits, request.timeout_ms)
+    return ProduceResponse(responses=topics)
+
+
+def _still_leading(app: Any, partition: Partition, epoch: int) -> bool:
+    return (app.replicas.get(partition.topic, partition.index) is partition
+            and partition.is_leader and partition.leader_epoch == epoch)
+
+
+async def _wait_for_replication(app: Any, waits: list[tuple[PartitionProduceResponse, Partition,
+                                                              int, int]], timeout_ms: int) -> None:
+    """acks=all: until every appended partition's high watermark passes its last offset."""
+    def settled(p: Partition, epoch: int, last: int) -> bool:
+        return p.high_watermark > last or not _still_leading(app, p, epoch)
+
+    await app.replicas.produce_purgatory.wait_until(
+        [(p.topic, p.index) for _, p, _, _ in waits],
+        lambda: all(settled(p, epoch, last) for _, p, epoch, last in waits), timeout_ms)
+    for answer, p, epoch, last in waits:
+        if p.high_watermark > last:
+            continue  # committed by the ISR, whatever happened to our leadership since
+        answer.error_code = E.REQUEST_TIMED_OUT if _still_leading(app, p, epoch) \
+            else E.NOT_LEADER_OR_FOLLOWER
+
+
+register(0, 3, 9, handle)

@@ -1,0 +1,81 @@
+"""`MetadataCache`: the cluster as the controller last described it, for Metadata answers.
+
+Filled only by UpdateMetadata (docs/control-plane.md): `live_brokers` is always the complete list
+(replace ours); `topic_states` are upserts; leader -2 marks a deleted partition (forget it; a topic
+with no partition left is forgotten). The first UpdateMetadata of a generation lists everything,
+so a restarted broker needs nothing else.
+
+Readers that wait for a change (Metadata after auto-creating a topic) await `changed()`, bounded
+by their own timeout. Mutated only by the UpdateMetadata handler, on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from protocol.apis.update_metadata import UpdateMetadataRequest
+
+LEADER_DURING_DELETE = -2
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    offline_replicas: tuple[int, ...]
+
+
+class MetadataCache:
+    def __init__(self) -> None:
+        self.brokers: dict[int, BrokerInfo] = {}
+        self.topics: dict[str, dict[int, PartitionInfo]] = {}
+        self.updates_total = 0
+        self._changed = asyncio.Event()
+
+    def apply(self, request: UpdateMetadataRequest) -> None:
+        self.brokers = {}
+        for b in request.live_brokers:
+            if b.endpoints:  # the first endpoint is the one clients use (as registered)
+                ep = b.endpoints[0]
+                self.brokers[b.id] = BrokerInfo(b.id, ep.host, ep.port, b.rack)
+        for topic in request.topic_states:
+            parts = self.topics.setdefault(topic.topic_name, {})
+            for ps in topic.partition_states:
+                if ps.leader == LEADER_DURING_DELETE:
+                    parts.pop(ps.partition_index, None)
+                    continue
+                parts[ps.partition_index] = PartitionInfo(
+                    ps.leader, ps.leader_epoch, ps.partition_epoch, tuple(ps.replicas),
+                    tuple(ps.isr), tuple(ps.offline_replicas))
+            if not parts:
+                del self.topics[topic.topic_name]
+        self.updates_total += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def changed(self, timeout_ms: int) -> bool:
+        """Wait for the next update; False if none came within timeout_ms."""
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                await self._changed.wait()
+            return True
+        except TimeoutError:
+            return False
+
+    def partition(self, topic: str, index: int) -> PartitionInfo | None:
+        return self.topics.get(topic, {}).get(index)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self.topics

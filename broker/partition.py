@@ -1,0 +1,228 @@
+"""`Partition`: one partition's replica on this broker, as a state machine.
+
+Theory of operation
+-------------------
+The controller decides; a partition only follows. Its state (`PartitionState`: leader, leader
+epoch, partition epoch, replicas, ISR) changes only through `apply`, with what a LeaderAndIsr
+carried, and the role follows from it:
+
+    new state's leader      role        on entering
+    ------------------      ---------   ----------------------------------------------------
+    this broker             LEADER      the leader epoch begins at the log end (KIP-101: the
+                                        epoch cache gets (leader_epoch, log_end_offset));
+                                        followers' progress is forgotten
+    another broker          FOLLOWER    waiters are woken (they are no longer served here);
+                                        the replication issue's fetcher takes it from here
+    -1                      OFFLINE     nothing is served
+
+A state is applied only when its leader epoch is newer, or equal with a newer partition epoch (an
+ISR change); otherwise `apply` returns False and nothing changes (the handler answers
+STALE_CONTROLLER_EPOCH for that partition, as Kafka does).
+
+High watermark (leader only): the smallest log end offset among ISR members, the leader's own
+included; followers report theirs through `update_follower` (the replication issue's fetch path).
+With an ISR of the leader alone the high watermark is the log end, so replication factor 1 needs no
+followers. It never moves back.
+
+The clock is injected (ms) and the storage `Log` is synchronous, so a simulation can drive this
+class without an event loop. Callers wake waiting requests (purgatories) when a method returns
+True: an append, a high watermark move or a role change.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from .fencing import leader_epoch_error
+from .storage import AppendInfo, Log
+
+log = logging.getLogger("epochlog.broker")
+
+NO_LEADER = -1
+Clock = Callable[[], int]
+
+
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+    OFFLINE = "offline"
+
+
+@dataclass(frozen=True)
+class PartitionState:
+    """What the controller says about a partition (LeaderAndIsr's partition state)."""
+
+    leader: int
+    leader_epoch: int
+    partition_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    controller_epoch: int = -1
+
+    def newer_than(self, other: PartitionState | None) -> bool:
+        if other is None:
+            return True
+        if self.leader_epoch != other.leader_epoch:
+            return self.leader_epoch > other.leader_epoch
+        return self.partition_epoch > other.partition_epoch
+
+
+@dataclass
+class FollowerProgress:
+    """What the leader knows of one follower (filled by the replication issue's fetch path)."""
+
+    log_end_offset: int = -1
+    last_fetch_ms: int = -1
+    last_caught_up_ms: int = -1
+
+
+@dataclass(eq=False)
+class Partition:
+    topic: str
+    index: int
+    broker_id: int
+    log: Log
+    clock: Clock
+    state: PartitionState | None = None
+    role: Role = Role.OFFLINE
+    followers: dict[int, FollowerProgress] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Partition({self.name}, {self.role.value}, epoch {self.leader_epoch})"
+
+    @property
+    def name(self) -> str:
+        return f"{self.topic}-{self.index}"
+
+    # ------------------------------------------------------------------------------ reading
+    @property
+    def leader_epoch(self) -> int:
+        return self.state.leader_epoch if self.state else -1
+
+    @property
+    def leader_id(self) -> int:
+        return self.state.leader if self.state else NO_LEADER
+
+    @property
+    def is_leader(self) -> bool:
+        return self.role is Role.LEADER
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def isr(self) -> tuple[int, ...]:
+        return self.state.isr if self.state else ()
+
+    def fence(self, current_leader_epoch: int) -> int:
+        """KIP-320/KIP-359: 0, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
+        return leader_epoch_error(current_leader_epoch, self.leader_epoch)
+
+    def readable_end(self, from_replica: bool) -> int:
+        """The offset reads stop before: the high watermark for consumers, the log end for
+        replicas (followers must see what is not yet committed to commit it)."""
+        return self.log_end_offset if from_replica else self.high_watermark
+
+    # ---------------------------------------------------------------------------- transitions
+    def apply(self, new: PartitionState) -> bool:
+        """Take the controller's state if it is newer; False (and no change) if it is not."""
+        if not new.newer_than(self.state):
+            return False
+        old_role, old_epoch = self.role, self.leader_epoch
+        self.state = new
+        if new.leader == self.broker_id:
+            self._become_leader(old_role, old_epoch)
+        elif new.leader == NO_LEADER:
+            self.role = Role.OFFLINE
+            log.info("%s: offline at leader epoch %d (no leader)", self.name, new.leader_epoch)
+        else:
+            self._become_follower(old_role)
+        return True
+
+    def _become_leader(self, old_role: Role, old_epoch: int) -> None:
+        assert self.state is not None
+        epoch = self.state.leader_epoch
+        if old_role is not Role.LEADER or old_epoch != epoch:
+            self.log.begin_leader_epoch(epoch)
+            now = self.clock()  # a follower's lag counts from when we began to lead
+            self.followers = {r: FollowerProgress(last_caught_up_ms=now)
+                              for r in self.state.replicas if r != self.broker_id}
+            log.info("%s: became LEADER at leader epoch %d (was %s at %d), log end %d, high "
+                     "watermark %d, isr %s", self.name, epoch, old_role.value, old_epoch,
+                     self.log_end_offset, self.high_watermark, list(self.state.isr))
+        else:
+            log.info("%s: isr %s at partition epoch %d", self.name, list(self.state.isr),
+                     self.state.partition_epoch)
+        self.role = Role.LEADER
+        self.maybe_advance_high_watermark()
+
+    def _become_follower(self, old_role: Role) -> None:
+        assert self.state is not None
+        self.role = Role.FOLLOWER
+        self.followers = {}
+        log.info("%s: became FOLLOWER of %d at leader epoch %d (was %s), log end %d",
+                 self.name, self.state.leader, self.state.leader_epoch, old_role.value,
+                 self.log_end_offset)
+
+    def resign(self, why: str) -> bool:
+        """Stop leading without a new state (our generation ended: docs/control-plane.md says
+        stop acting as a leader). The next LeaderAndIsr, with a newer epoch, decides again."""
+        if self.role is not Role.LEADER:
+            return False
+        self.role = Role.OFFLINE
+        log.info("%s: stopped leading at leader epoch %d: %s", self.name, self.leader_epoch, why)
+        return True
+
+    # ------------------------------------------------------------------------------- leading
+    def append_as_leader(self, records: bytes) -> AppendInfo:
+        """Append client batches at our leader epoch. Storage errors propagate (each carries its
+        Kafka error code); the caller has checked that we lead."""
+        assert self.role is Role.LEADER, self
+        info = self.log.append_as_leader(records, self.leader_epoch)
+        self.maybe_advance_high_watermark()
+        return info
+
+    def update_follower(self, replica_id: int, log_end_offset: int) -> bool:
+        """A follower fetched from log_end_offset (so holds everything before it). True if the
+        high watermark moved."""
+        progress = self.followers.get(replica_id)
+        if progress is None or self.role is not Role.LEADER:
+            return False
+        now = self.clock()
+        progress.log_end_offset = log_end_offset
+        progress.last_fetch_ms = now
+        if log_end_offset >= self.log_end_offset:
+            progress.last_caught_up_ms = now
+        return self.maybe_advance_high_watermark()
+
+    def maybe_advance_high_watermark(self) -> bool:
+        if self.role is not Role.LEADER or self.state is None:
+            return False
+        ends = [self.log_end_offset]
+        for member in self.state.isr:
+            if member != self.broker_id:
+                progress = self.followers.get(member)
+                ends.append(progress.log_end_offset if progress else -1)
+        new_hw = min(ends)
+        if new_hw <= self.log.high_watermark:
+            return False
+        self.log.update_high_watermark(new_hw)
+        return True
+
+    def lagging_followers(self, lag_ms_max: int) -> Sequence[int]:
+        """ISR members that have not caught up for lag_ms_max (for ISR shrinking, later)."""
+        now = self.clock()
+        return [r for r in self.isr if r != self.broker_id and r in self.followers
+                and now - self.followers[r].last_caught_up_ms > lag_ms_max]
