@@ -18,6 +18,7 @@ SUBCOMMAND_MODULES = (
     "broker.cli",
     "controller.cli",
     "epochlog.cluster",
+    "client.cli",
 )
 
 
