@@ -2,7 +2,8 @@
 
 Start (docs/control-plane.md "Start-up order"):
 1. open the data dir (storage LogManager: recovery after a crash, identity check);
-2. listen for Kafka requests (the controller connects here right after our registration);
+2. listen for Kafka requests on each listener, EXTERNAL and, if configured, INTERNAL (the
+   controller connects to INTERNAL if we have it, else EXTERNAL, right after our registration);
 3. register with the controller (our generation), then heartbeat in the background;
 4. a storage task fsyncs due logs off the event loop and writes checkpoints;
 5. metrics, if asked for.
@@ -25,7 +26,7 @@ from typing import Any
 from protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
 from protocol.error_codes import ErrorCode, name_of
 
-from .config import BrokerConfig
+from .config import EXTERNAL_LISTENER, BrokerConfig
 from .controller_link import ControllerLink, ControllerUnavailable
 from .fencing import ControlEpochs
 from .handlers import load_all
@@ -62,9 +63,12 @@ class Broker:
         self.stats = RequestStats()
         self.replicas: ReplicaManager | None = None
         self.producer_ids: ProducerIdAllocator | None = None
-        self.server: KafkaServer | None = None
+        self.servers: dict[str, KafkaServer] = {}  # listener name -> its server
+        self.server: KafkaServer | None = None  # the EXTERNAL one (metrics)
         self.controller: ControllerLink | None = None
-        self.advertised: tuple[str, int] = ("", 0)
+        # Listener name -> advertised (host, port), EXTERNAL first: what we register.
+        self.listeners: dict[str, tuple[str, int]] = {}
+        self.advertised: tuple[str, int] = ("", 0)  # the EXTERNAL listener's
         self.fatal = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its auto-create task
@@ -74,18 +78,14 @@ class Broker:
         """Open, listen, register; returns our generation."""
         load_all()
         logs = LogManager.open(self.config.data_dir, self.config.log_config(), wall_clock_ms,
-                               broker_id=self.broker_id, cluster_id=self.config.cluster_id)
+                               broker_id=self.broker_id, cluster_id=self.config.cluster_id,
+                               retention_check_interval_ms=self.config.log_retention_check_interval_ms)
         self.replicas = ReplicaManager(self.broker_id, logs, monotonic_ms,
                                        produce_waiters_max=self.config.produce_waiters_max,
                                        fetch_waiters_max=self.config.fetch_waiters_max)
         self.producer_ids = ProducerIdAllocator(self.config.data_dir, self.broker_id)
-        self.server = KafkaServer(self, ServerLimits(
-            frame_bytes_max=self.config.frame_bytes_max,
-            connections_max=self.config.connections_max,
-            idle_ms_max=self.config.connection_idle_ms_max), observer=self.stats)
-        _, port = await self.server.start(*self.config.listen_address)
-        self.advertised = self.config.advertised_address(port)
-        self.controller = ControllerLink(self.config, self.epochs, *self.advertised,
+        await self._listen()
+        self.controller = ControllerLink(self.config, self.epochs, self.listeners,
                                          on_generation_lost=self._generation_lost)
         generation = await self.controller.register()
         self._spawn(self.controller.run(), "heartbeat")
@@ -93,6 +93,19 @@ class Broker:
         if self.config.metrics_address is not None:
             serve_metrics(self, self.stats, *self.config.metrics_address)
         return generation
+
+    async def _listen(self) -> None:
+        """One KafkaServer per listener; each advertised address is known once bound."""
+        limits = ServerLimits(frame_bytes_max=self.config.frame_bytes_max,
+                              connections_max=self.config.connections_max,
+                              idle_ms_max=self.config.connection_idle_ms_max)
+        for name, (host, port) in self.config.listener_addresses.items():
+            server = KafkaServer(self, limits, observer=self.stats, listener=name)
+            self.servers[name] = server  # before binding, so stop() closes what was opened
+            _, bound = await server.start(host, port)
+            self.listeners[name] = self.config.advertised_address(bound, name)
+        self.server = self.servers[EXTERNAL_LISTENER]
+        self.advertised = self.listeners[EXTERNAL_LISTENER]
 
     async def stop(self, controlled: bool = True) -> None:
         if self.controller is not None:
@@ -102,8 +115,8 @@ class Broker:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self.server is not None:
-            await self.server.stop()
+        for server in self.servers.values():
+            await server.stop()
         if self.replicas is not None:
             self.replicas.close()
         log.info("broker %d stopped (generation %d)", self.broker_id, self.epochs.generation)

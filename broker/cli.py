@@ -1,14 +1,16 @@
 """`epochlog broker`: run one broker until SIGTERM or SIGINT.
 
     epochlog broker --id N --rack R --listen HOST:PORT [--advertised HOST:PORT]
+                    [--internal-listen HOST:PORT [--internal-advertised HOST:PORT]]
                     --controller HOST:PORT --data-dir D [--metrics-listen HOST:PORT]
                     [--config FILE.toml] [--set NAME=VALUE ...]
 
 Settings come from these flags, `EPOCHLOG_*` variables and the TOML file (flags win); `--set`
 reaches any setting of BrokerConfig. A bad setting is refused before any file or port is opened:
 the process prints the setting's name and the reason and exits with 2. Once registered it logs one
-line: "broker N (rack R) listening on HOST:PORT ... generation G". On SIGTERM/SIGINT it does a
-controlled shutdown, closes its logs cleanly and exits 0; a failure exits non-zero.
+line: "broker N (rack R) listening on HOST:PORT ... generation G" (the internal listener, if any,
+at the end of that line). On SIGTERM/SIGINT it does a controlled shutdown, closes its logs
+cleanly and exits 0; a failure exits non-zero.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from epochlog.settings import SettingsError, load_settings
 
-from .config import BrokerConfig
+from .config import INTERNAL_LISTENER, BrokerConfig
 
 log = logging.getLogger("epochlog.broker")
 EXIT_BAD_SETTINGS, EXIT_START_FAILED, EXIT_FATAL = 2, 1, 70
@@ -34,6 +36,12 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--rack", help="rack of this broker (for replica placement and KIP-392)")
     p.add_argument("--listen", help="HOST:PORT to serve Kafka clients on")
     p.add_argument("--advertised", help="HOST:PORT others reach us at (default: --listen)")
+    p.add_argument("--internal-listen",
+                   help="HOST:PORT of a second listener for the controller and other brokers "
+                        "(default: none; the first listener serves them)")
+    p.add_argument("--internal-advertised",
+                   help="HOST:PORT the controller and other brokers reach us at "
+                        "(default: --internal-listen)")
     p.add_argument("--controller", help="HOST:PORT of the controller")
     p.add_argument("--data-dir", help="folder of this broker's partition logs")
     p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: off)")
@@ -47,8 +55,9 @@ def add_parser(subparsers: Any) -> None:
 def load(args: argparse.Namespace) -> BrokerConfig:
     overrides: dict[str, Any] = {
         "broker_id": args.broker_id, "rack": args.rack, "listen": args.listen,
-        "advertised": args.advertised, "controller": args.controller, "data_dir": args.data_dir,
-        "metrics_listen": args.metrics_listen}
+        "advertised": args.advertised, "internal_listen": args.internal_listen,
+        "internal_advertised": args.internal_advertised, "controller": args.controller,
+        "data_dir": args.data_dir, "metrics_listen": args.metrics_listen}
     for item in args.set:
         name, sep, value = item.partition("=")
         if not sep:
@@ -68,6 +77,15 @@ def run(args: argparse.Namespace) -> int:
     import uvloop
 
     return uvloop.run(serve(config))
+
+
+def _internal_note(listeners: dict[str, tuple[str, int]], config: BrokerConfig) -> str:
+    """The INTERNAL listener for the start line: at its end, so tools reading the EXTERNAL
+    "(advertised HOST:PORT), generation G" part keep working."""
+    if INTERNAL_LISTENER not in listeners:
+        return ""
+    host, port = listeners[INTERNAL_LISTENER]
+    return f", internal listener on {config.internal_listen} (advertised {host}:{port})"
 
 
 async def serve(config: BrokerConfig) -> int:
@@ -93,8 +111,9 @@ async def serve(config: BrokerConfig) -> int:
         return EXIT_START_FAILED
     host, port = broker.advertised
     log.info("broker %d (rack %s) listening on %s (advertised %s:%d), generation %d, "
-             "controller %s, data dir %s", config.broker_id, config.rack or "-", config.listen,
-             host, port, starting.result(), config.controller, config.data_dir)
+             "controller %s, data dir %s%s", config.broker_id, config.rack or "-", config.listen,
+             host, port, starting.result(), config.controller, config.data_dir,
+             _internal_note(broker.listeners, config))
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.fatal.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for w in waits:

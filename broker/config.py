@@ -6,9 +6,13 @@ file is opened. Names follow Kafka's broker settings in snake_case where one exi
 (`auto.create.topics.enable` -> `auto_create_topics_enable`, `log.segment.bytes` ->
 `log_segment_bytes`, ...).
 
-`listen` is where the broker binds; `advertised` is where others reach it (Kafka's
-advertised.listeners): it is what the broker registers with the controller, so it is what Metadata
-answers show and where the controller sends control requests. It defaults to `listen`.
+Listeners, as Kafka's `listeners` / `advertised.listeners` (docs/control-plane.md "Listeners"):
+`listen` is where the broker binds for clients and `advertised` where clients reach it (listener
+EXTERNAL). An optional second listener, `internal_listen` / `internal_advertised` (listener
+INTERNAL), is for traffic inside the cluster: the controller's control requests and, later,
+followers' fetches. Inside containers the two differ: clients on the host reach `localhost:19092`,
+the controller reaches `broker1:9091`. Without `internal_listen` there is one listener, EXTERNAL,
+used for everything. Each `*_advertised` defaults to its listen address with the port bound.
 """
 
 from __future__ import annotations
@@ -23,6 +27,10 @@ MS_PER_DAY = 24 * 60 * 60 * 1000
 # Producer ids are (broker id << 40) | counter (see producer_ids.py), so ids must stay below 2**23
 # for every producer id to fit an int64.
 BROKER_ID_MAX = (1 << 23) - 1
+
+EXTERNAL_LISTENER = "EXTERNAL"  # clients; always present, registered first
+INTERNAL_LISTENER = "INTERNAL"  # the controller and other brokers, when configured
+WILDCARD_HOSTS = ("0.0.0.0", "::", "")
 
 
 def parse_host_port(text: str, name: str) -> tuple[str, int]:
@@ -39,6 +47,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     rack: str = ""  # empty: no rack
     listen: str = "127.0.0.1:9092"
     advertised: str = ""  # empty: the listen address (with the port actually bound)
+    internal_listen: str = ""  # a second listener for the cluster's own traffic; empty: none
+    internal_advertised: str = ""  # empty: the internal listen address (port bound)
     controller: str = "127.0.0.1:9093"
     cluster_id: str = "epochlog"
     metrics_listen: str = ""  # Prometheus /metrics on HOST:PORT; empty: off
@@ -77,6 +87,7 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     log_segment_ms: int = 7 * MS_PER_DAY
     log_retention_ms: int = 7 * MS_PER_DAY
     log_retention_bytes: int = -1
+    log_retention_check_interval_ms: Annotated[int, msgspec.Meta(ge=10)] = 300_000
     log_flush_interval_ms: int = 1000
     message_max_bytes: int = (1 << 20) + 12
 
@@ -85,15 +96,23 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
             raise ValueError("data_dir: must not be empty")
         parse_host_port(self.listen, "listen")
         parse_host_port(self.controller, "controller")
-        if self.advertised:
-            host, port = parse_host_port(self.advertised, "advertised")
-            if port == 0:
-                raise ValueError("advertised: needs a real port, not 0")
+        _check_advertised(self.advertised, "advertised")
+        self._check_internal()
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "metrics_listen")
         if self.default_replication_factor == 0:
             raise ValueError("default_replication_factor: must be -1 (the controller's) or >= 1")
         self.log_config()  # refuses a bad log_* setting, naming it
+
+    def _check_internal(self) -> None:
+        if not self.internal_listen:
+            if self.internal_advertised:
+                raise ValueError("internal_advertised: needs internal_listen")
+            return
+        host, port = parse_host_port(self.internal_listen, "internal_listen")
+        if port != 0 and (host, port) == self.listen_address:
+            raise ValueError("internal_listen: must differ from listen (one port, one listener)")
+        _check_advertised(self.internal_advertised, "internal_advertised")
 
     def log_config(self) -> LogConfig:
         pairs = (("log_segment_bytes", "segment_bytes"), ("log_segment_ms", "segment_ms"),
@@ -119,15 +138,35 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
         return parse_host_port(self.metrics_listen, "metrics_listen") if self.metrics_listen \
             else None
 
-    def advertised_address(self, bound_port: int) -> tuple[str, int]:
-        """Where others reach us: `advertised`, else the listen host with the port bound."""
-        if self.advertised:
-            return parse_host_port(self.advertised, "advertised")
-        host, _ = self.listen_address
-        if host in ("0.0.0.0", "::", ""):
-            host = "127.0.0.1"  # a wildcard is no address to give out; set `advertised`
+    @property
+    def listener_addresses(self) -> dict[str, tuple[str, int]]:
+        """Listener name -> where to bind, EXTERNAL first (the registration order)."""
+        listeners = {EXTERNAL_LISTENER: self.listen_address}
+        if self.internal_listen:
+            listeners[INTERNAL_LISTENER] = parse_host_port(self.internal_listen,
+                                                           "internal_listen")
+        return listeners
+
+    def advertised_address(self, bound_port: int,
+                           listener: str = EXTERNAL_LISTENER) -> tuple[str, int]:
+        """Where others reach a listener: its advertised setting, else its listen host with
+        the port bound."""
+        if listener == INTERNAL_LISTENER:
+            advertised, (host, _) = self.internal_advertised, self.listener_addresses[listener]
+            name = "internal_advertised"
+        else:
+            advertised, (host, _), name = self.advertised, self.listen_address, "advertised"
+        if advertised:
+            return parse_host_port(advertised, name)
+        if host in WILDCARD_HOSTS:
+            host = "127.0.0.1"  # a wildcard is no address to give out; set the advertised one
         return host, bound_port
 
     @property
     def rack_or_none(self) -> str | None:
         return self.rack or None
+
+
+def _check_advertised(text: str, name: str) -> None:
+    if text and parse_host_port(text, name)[1] == 0:
+        raise ValueError(f"{name}: needs a real port, not 0")

@@ -2,9 +2,11 @@
 
 Theory of operation
 -------------------
-1. `register()` sends BrokerRegistration (v0) with our id, rack, advertised listener and an
-   incarnation id made new at every process start, retrying (with a bounded backoff) until the
-   controller answers; the answer's broker epoch is our generation (KIP-380).
+1. `register()` sends BrokerRegistration (v0) with our id, rack, advertised listeners (EXTERNAL
+   first, then INTERNAL if we have one: the controller sends its control requests to INTERNAL
+   when it is there) and an incarnation id made new at every process start, retrying (with a
+   bounded backoff) until the controller answers; the answer's broker epoch is our generation
+   (KIP-380).
 2. `run()` heartbeats every `broker_heartbeat_interval_ms`, starting right after registration.
    A lost connection is reopened and the heartbeat carries on with the same broker epoch (a
    restarted controller gives live generations a fresh session). STALE_BROKER_EPOCH means our
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from client.connection import Connection, NoCommonVersion
@@ -41,7 +43,6 @@ from .fencing import ControlEpochs
 
 log = logging.getLogger("epochlog.broker")
 
-LISTENER_NAME = "PLAINTEXT"
 BACKOFF_MS_MIN, BACKOFF_MS_MAX = 50, 1000
 # A failed registration is logged on the first try and then every this many tries, not each one.
 REGISTRATION_LOG_EVERY = 20
@@ -52,11 +53,13 @@ class ControllerUnavailable(ConnectionError):
 
 
 class ControllerLink:
-    def __init__(self, config: BrokerConfig, epochs: ControlEpochs, host: str, port: int,
+    def __init__(self, config: BrokerConfig, epochs: ControlEpochs,
+                 listeners: Mapping[str, tuple[str, int]],
                  on_generation_lost: Callable[[str], None]) -> None:
+        assert listeners, "a broker registers at least one listener"
         self.config = config
         self.epochs = epochs
-        self.advertised = (host, port)
+        self.listeners = dict(listeners)  # name -> advertised (host, port), in order
         self.incarnation_id = uuid.uuid4()
         self.on_generation_lost = on_generation_lost
         self.heartbeats_total = 0
@@ -99,11 +102,11 @@ class ControllerLink:
 
     # ------------------------------------------------------------------------- registration
     def _registration(self) -> BrokerRegistrationRequest:
-        host, port = self.advertised
         return BrokerRegistrationRequest(
             broker_id=self.config.broker_id, cluster_id=self.config.cluster_id,
             incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,
-            listeners=[BrokerRegistrationListener(name=LISTENER_NAME, host=host, port=port)])
+            listeners=[BrokerRegistrationListener(name=name, host=host, port=port)
+                       for name, (host, port) in self.listeners.items()])
 
     async def register(self) -> int:
         """Register until the controller answers; returns the new generation (-1 if close()

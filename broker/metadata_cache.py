@@ -5,6 +5,11 @@ Filled only by UpdateMetadata (docs/control-plane.md): `live_brokers` is always 
 with no partition left is forgotten). The first UpdateMetadata of a generation lists everything,
 so a restarted broker needs nothing else.
 
+Each broker keeps every listener it registered (name, host, port), in registration order.
+`BrokerInfo.endpoint(listener)` picks the one of that name, else the first: Metadata answers with
+the listener the request arrived on (Kafka's rule), and a follower's fetcher must ask for
+INTERNAL (docs/control-plane.md "Listeners").
+
 Readers that wait for a change (Metadata after auto-creating a topic) await `changed()`, bounded
 by their own timeout. Mutated only by the UpdateMetadata handler, on the event loop.
 """
@@ -20,11 +25,22 @@ LEADER_DURING_DELETE = -2
 
 
 @dataclass(frozen=True)
-class BrokerInfo:
-    broker_id: int
+class Endpoint:
+    listener: str
     host: str
     port: int
+
+
+@dataclass(frozen=True)
+class BrokerInfo:
+    broker_id: int
     rack: str | None
+    endpoints: tuple[Endpoint, ...]  # never empty; in registration order
+
+    def endpoint(self, listener: str) -> tuple[str, int]:
+        """(host, port) of the named listener, else of the first one."""
+        chosen = next((e for e in self.endpoints if e.listener == listener), self.endpoints[0])
+        return chosen.host, chosen.port
 
 
 @dataclass(frozen=True)
@@ -47,9 +63,9 @@ class MetadataCache:
     def apply(self, request: UpdateMetadataRequest) -> None:
         self.brokers = {}
         for b in request.live_brokers:
-            if b.endpoints:  # the first endpoint is the one clients use (as registered)
-                ep = b.endpoints[0]
-                self.brokers[b.id] = BrokerInfo(b.id, ep.host, ep.port, b.rack)
+            if b.endpoints:  # a broker registers at least one; one without is unreachable
+                self.brokers[b.id] = BrokerInfo(b.id, b.rack, tuple(
+                    Endpoint(e.listener, e.host, e.port) for e in b.endpoints))
         for topic in request.topic_states:
             parts = self.topics.setdefault(topic.topic_name, {})
             for ps in topic.partition_states:

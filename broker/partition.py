@@ -89,6 +89,8 @@ class Partition:
     state: PartitionState | None = None
     role: Role = Role.OFFLINE
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
+    # The topic's min.insync.replicas (topic_configs.py), for acks=all writes to enforce.
+    min_insync_replicas: int = 1
 
     def __repr__(self) -> str:
         return f"Partition({self.name}, {self.role.value}, epoch {self.leader_epoch})"

@@ -12,6 +12,10 @@ Rules (docs/control-plane.md):
   was deleted while we were away): stop serving it and delete it.
 - StopReplica refuses a partition whose leader epoch is below ours (FENCED_LEADER_EPOCH; -1 and -2
   skip the check), else stops serving it and deletes it if asked.
+- Topic settings (topic_configs.py): before a LeaderAndIsr opens a partition of a topic we have
+  no settings for (or one just created), `load_topic_settings` asks the controller for them; the
+  log is then created, or an existing one reconfigured, with them, and the partition keeps the
+  topic's min.insync.replicas.
 
 Flushing: logs do not fsync on the append path (`auto_flush` off); `flush_due_logs` runs their
 fsyncs on an executor thread (storage's FlushJob) so the event loop never waits on a disk.
@@ -29,6 +33,7 @@ from protocol.error_codes import ErrorCode
 from .partition import Partition, PartitionState, Role
 from .purgatory import Purgatory
 from .storage import LogManager
+from .topic_configs import Fetch, TopicConfigs
 
 log = logging.getLogger("epochlog.broker")
 
@@ -42,6 +47,7 @@ class ReplicaManager:
         self.broker_id = broker_id
         self.logs = logs
         self.clock = clock
+        self.topic_configs = TopicConfigs(logs.config)
         self.partitions: dict[TopicPartition, Partition] = {}
         self.produce_purgatory = Purgatory("produce", produce_waiters_max)
         self.fetch_purgatory = Purgatory("fetch", fetch_waiters_max)
@@ -62,6 +68,16 @@ class ReplicaManager:
         self.fetch_purgatory.poke(tp)
 
     # ------------------------------------------------------------------------ LeaderAndIsr
+    async def load_topic_settings(self, named: Iterable[tuple[TopicPartition, bool]],
+                                  fetch: Fetch) -> None:
+        """Before applying a LeaderAndIsr ((topic, index), is_new per partition): fetch the
+        settings of topics it makes us open that we do not know, or that were just created."""
+        wanted = {topic for (topic, index), is_new in named
+                  if is_new or ((topic, index) not in self.partitions
+                                and not self.topic_configs.knows(topic))}
+        if wanted:
+            await self.topic_configs.ensure(wanted, fetch)
+
     def apply_partition_state(self, topic: str, index: int, state: PartitionState,
                               is_new: bool) -> int:
         """One partition of a LeaderAndIsr: 0, or STALE_CONTROLLER_EPOCH if not newer."""
@@ -84,9 +100,12 @@ class ReplicaManager:
             log.warning("%s-%d: created anew but %d offsets are on disk from an older topic of "
                         "that name; deleting them", topic, index, existing.log_end_offset)
             self.logs.delete_log(topic, index)
-        opened = self.logs.get_or_create(topic, index)
+        settings = self.topic_configs.get(topic)
+        opened = self.logs.get_or_create(topic, index, settings.log)
+        self.logs.reconfigure(topic, index, settings.log)  # a log opened at start: defaults
         opened.auto_flush = False
-        partition = Partition(topic, index, self.broker_id, opened, self.clock)
+        partition = Partition(topic, index, self.broker_id, opened, self.clock,
+                              min_insync_replicas=settings.min_insync_replicas)
         self.partitions[(topic, index)] = partition
         return partition
 
@@ -127,6 +146,8 @@ class ReplicaManager:
             self.poke((topic, index))
         if delete:
             self.logs.delete_log(topic, index)
+            if not any(t == topic for t, _ in [*self.partitions, *self.logs.logs]):
+                self.topic_configs.forget(topic)
 
     # ---------------------------------------------------------------------- generation end
     def resign_all(self, why: str) -> int:

@@ -14,6 +14,10 @@ answered with UNSUPPORTED_VERSION and our ranges in a v0 body (KIP-511).
 
 Limits: `frame_bytes_max` (Kafka's socket.request.max.bytes), `connections_max`, and
 `idle_ms_max` (connections.max.idle.ms), enforced by a sweeper rather than a timer per read.
+
+One server serves one listener (EXTERNAL or INTERNAL, see config.py); a broker with two listeners
+runs two. Each request's context names the listener it arrived on, so that Metadata can answer
+with that listener's addresses (Kafka's rule). Limits apply per listener.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from protocol.frames import frame
 from protocol.headers import (RequestHeader, decode_request_header, encode_response_header,
                               peek_request_header)
 
+from .config import EXTERNAL_LISTENER
 from .handlers import REGISTRY
 from .handlers import api_versions as api_versions_handler
 
@@ -56,6 +61,7 @@ class RequestContext:
     version: int
     peer: str
     app: Any  # the broker's state, owned by the broker package
+    listener: str = EXTERNAL_LISTENER  # the listener name the request arrived on
 
 
 class _Closing(Exception):
@@ -75,8 +81,9 @@ Observer = Callable[[int, int, Any], None]
 
 class KafkaServer:
     def __init__(self, app: Any, limits: ServerLimits | None = None,
-                 observer: Observer | None = None) -> None:
+                 observer: Observer | None = None, listener: str = EXTERNAL_LISTENER) -> None:
         self.app = app
+        self.listener = listener
         self.limits = limits or ServerLimits()
         self.observer = observer
         self.bytes_in_total = 0
@@ -165,11 +172,11 @@ class KafkaServer:
                            f"(v{registration.min_version}-{registration.max_version})")
         try:
             header, pos = decode_request_header(request, api.request_header_version(version))
-            message = api.decode_request(request, version, pos)
+            message = api.decode_request(request, version, pos, strict=False)  # as Kafka
         except (DecodeError, UnsupportedVersion) as exc:
             raise _Closing(f"malformed {api.name} v{version} request: {exc}") from exc
         self.requests_total += 1
-        ctx = RequestContext(header, version, peer, self.app)
+        ctx = RequestContext(header, version, peer, self.app, self.listener)
         try:
             result = await registration.handle(ctx, message)
         except Exception as exc:  # a handler bug: this connection only, loudly

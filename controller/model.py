@@ -22,6 +22,8 @@ BROKER_STATES = (ALIVE, SHUTTING_DOWN, DEAD)
 
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # in UpdateMetadata: the partition was deleted (Kafka's marker)
+# A broker's listener for traffic inside the cluster (docs/control-plane.md "Listeners").
+INTERNAL_LISTENER = "INTERNAL"
 
 
 @dataclass
@@ -46,8 +48,16 @@ class Broker:
 
     @property
     def endpoint(self) -> tuple[str, int]:
-        first = self.listeners[0]
-        return first.host, first.port
+        """Where the controller and other brokers reach this broker: its INTERNAL listener if
+        it registered one, else its first. Control requests go here, and LeaderAndIsr's
+        live_leaders name it (followers fetch from it)."""
+        chosen = next((lst for lst in self.listeners if lst.name == INTERNAL_LISTENER),
+                      self.listeners[0])
+        return chosen.host, chosen.port
+
+    def describe_listeners(self) -> str:
+        """'EXTERNAL localhost:19092, INTERNAL broker1:9091', for log lines."""
+        return ", ".join(f"{lst.name} {lst.host}:{lst.port}" for lst in self.listeners)
 
 
 @dataclass

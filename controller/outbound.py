@@ -2,7 +2,10 @@
 StopReplica v3.
 
 Every request carries the controller's epoch and the destination's broker epoch (KIP-380); a
-broker refuses older ones (see docs/control-plane.md). Pure functions: no state is read here but
+broker refuses older ones (see docs/control-plane.md). UpdateMetadata carries every listener of
+every live broker (each broker answers Metadata with the listener a request came on);
+LeaderAndIsr's live_leaders name each leader's INTERNAL endpoint when it has one, since followers
+fetch there. Pure functions: no state is read here but
 what the caller passes.
 """
 

@@ -2,8 +2,9 @@
 
 Rules:
 - A sender belongs to one generation (broker id + broker epoch) and talks to the endpoint that
-  generation registered. When the generation ends (dead, or replaced by a new registration), the
-  sender is retired: the request in flight may finish, nothing else is sent, nothing is retried.
+  generation registered for control traffic: its INTERNAL listener if it has one, else its first
+  (`model.Broker.endpoint`; docs/control-plane.md "Listeners"). When the generation ends (dead,
+  or replaced by a new registration), the sender is retired: the request in flight may finish, nothing else is sent, nothing is retried.
 - The queue holds at most `queue_requests_max` requests. The service replaces a full queue with
   the whole state (`ControllerState.full_state_sends`), which makes every dropped delta redundant.
 - A request that got no answer (connect failure, closed connection, timeout) is retried, with a

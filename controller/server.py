@@ -93,7 +93,7 @@ class ControlServer:
             raise BadRequest(f"{api.name} v{version} is not served (versions "
                              f"{served.min_version}-{served.max_version})")
         _, pos = decode_request_header(request, api.request_header_version(version))
-        message = api.decode_request(request, version, pos)
+        message = api.decode_request(request, version, pos, strict=False)  # as Kafka
         if served.handle is None:
             answer = api_versions_response()
         else:

@@ -200,11 +200,12 @@ class ControllerState:
                 kind = f"re-registration of the same process (generation {old.broker_epoch})"
         epoch = self.next_broker_epoch
         self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
-        self.brokers[broker_id].session_deadline_ms = now_ms + self.session_timeout_ms
+        broker = self.brokers[broker_id]
+        broker.session_deadline_ms = now_ms + self.session_timeout_ms
         self.counters["registrations"] += 1
-        log.info("broker %d registered: generation %d, rack %s, %s:%d, incarnation %s: %s",
-                 broker_id, epoch, rack, listeners[0].host, listeners[0].port, incarnation_id,
-                 kind)
+        log.info("broker %d registered: generation %d, rack %s, listeners %s (control requests "
+                 "to %s:%d), incarnation %s: %s", broker_id, epoch, rack,
+                 broker.describe_listeners(), *broker.endpoint, incarnation_id, kind)
         self._start_generation(broker_id)
         return 0, epoch
 

@@ -66,8 +66,11 @@ class Api:
             self._encoders[(is_request, version)] = fn
         return fn
 
-    def decode_request(self, buf: bytes, version: int, pos: int = 0) -> Any:
-        return self._decode(True, buf, version, pos)
+    def decode_request(self, buf: bytes, version: int, pos: int = 0, *,
+                       strict: bool = True) -> Any:
+        """strict=False ignores bytes after the last field, as Kafka's brokers do: librdkafka
+        2.x sends three stray bytes after an all-topics Metadata v12 request."""
+        return self._decode(True, buf, version, pos, strict)
 
     def decode_response(self, buf: bytes, version: int, pos: int = 0) -> Any:
         return self._decode(False, buf, version, pos)
@@ -78,7 +81,8 @@ class Api:
     def encode_response(self, msg: Message, version: int) -> bytes:
         return self._encode(False, msg, version)
 
-    def _decode(self, is_request: bool, buf: bytes, version: int, pos: int) -> Any:
+    def _decode(self, is_request: bool, buf: bytes, version: int, pos: int,
+                strict: bool = True) -> Any:
         fn = self.decoder(is_request, version)  # outside the try: a codegen bug is no bad input
         try:
             msg, end = fn(buf, pos)
@@ -88,7 +92,7 @@ class Api:
             raise self._diagnose_decode(is_request, buf, version, pos, exc) from exc
         except Exception as exc:  # a low-level failure: find the field it happened in
             raise self._diagnose_decode(is_request, buf, version, pos, exc) from exc
-        if end != len(buf):
+        if end != len(buf) and strict:
             cls = self.request if is_request else self.response
             raise DecodeError(f"{len(buf) - end} bytes left over after {cls.__name__} "
                               f"v{version}", f"{cls.__name__}.<end>")

@@ -3,7 +3,8 @@
 Answered from the metadata cache: the live brokers with their racks, the cluster id, and our own
 id as the controller id (admin requests to any broker are forwarded, as in KRaft; see
 metadata.py). v1 endpoint_type: 1 (brokers) is served; 2 (controllers) is
-MISMATCHED_ENDPOINT_TYPE, as a Kafka broker answers it.
+MISMATCHED_ENDPOINT_TYPE, as a Kafka broker answers it. Addresses are those of the listener the
+request arrived on, as in Metadata (falling back to a broker's first listener).
 """
 
 from __future__ import annotations
@@ -27,10 +28,16 @@ async def handle(ctx: Any, request: DescribeClusterRequest) -> DescribeClusterRe
                                        endpoint_type=request.endpoint_type)
     return DescribeClusterResponse(
         cluster_id=app.config.cluster_id, controller_id=app.broker_id,
-        endpoint_type=request.endpoint_type,
-        brokers=[DescribeClusterBroker(broker_id=b.broker_id, host=b.host, port=b.port,
-                                       rack=b.rack)
-                 for _, b in sorted(app.metadata.brokers.items())])
+        endpoint_type=request.endpoint_type, brokers=_brokers(app, ctx.listener))
+
+
+def _brokers(app: Any, listener: str) -> list[DescribeClusterBroker]:
+    answer = []
+    for _, b in sorted(app.metadata.brokers.items()):
+        host, port = b.endpoint(listener)
+        answer.append(DescribeClusterBroker(broker_id=b.broker_id, host=host, port=port,
+                                            rack=b.rack))
+    return answer
 
 
 register(60, 0, 1, handle)

@@ -6,8 +6,11 @@ an older broker epoch is STALE_BROKER_EPOCH, so the first LeaderAndIsr a restart
 processes can never be one sent before it started; an older controller epoch is
 STALE_CONTROLLER_EPOCH; either way nothing is applied.
 
-Each partition state is applied when newer (replicas.ReplicaManager.apply_partition_state; not
-newer: per-partition STALE_CONTROLLER_EPOCH). The first LeaderAndIsr of a generation from a
+Before fencing, the settings of topics this request makes us open are fetched from the
+controller (replicas.ReplicaManager.load_topic_settings, bounded), so their logs are created with
+them; fencing and applying then run with no await between. Each partition state is applied when
+newer (replicas.ReplicaManager.apply_partition_state; not newer: per-partition
+STALE_CONTROLLER_EPOCH). The first LeaderAndIsr of a generation from a
 controller epoch lists every partition placed here: local partitions it leaves out are deleted.
 """
 
@@ -27,6 +30,10 @@ log = logging.getLogger("epochlog.broker")
 
 async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
     app = ctx.app
+    # Settings first: fencing and applying must see the same epochs, with no await between.
+    await app.replicas.load_topic_settings(
+        [((t.topic_name, ps.partition_index), ps.is_new)
+         for t in request.topic_states for ps in t.partition_states], app.controller.forward)
     error = app.epochs.admit("LeaderAndIsr", request.controller_id, request.controller_epoch,
                              request.broker_epoch)
     if error:

@@ -11,6 +11,10 @@ answer waits (bounded) for the new topic to reach our cache; one that has not ar
 LEADER_NOT_AVAILABLE, which clients retry, as Kafka answers a topic being created. An invalid
 name is INVALID_TOPIC_EXCEPTION; an unknown topic otherwise UNKNOWN_TOPIC_OR_PARTITION.
 
+Broker addresses are those of the listener the request arrived on (Kafka's rule: a client on
+EXTERNAL sees EXTERNAL addresses, a broker on INTERNAL sees INTERNAL ones); a broker without that
+listener is shown at its first one. See docs/control-plane.md "Listeners".
+
 The controller id answered is our own broker id: as in KRaft, admin requests may go to any broker,
 which forwards them to the controller (a node the clients never see).
 """
@@ -36,35 +40,39 @@ async def handle(ctx: Any, request: MetadataRequest) -> MetadataResponse:
     app = ctx.app
     cache: MetadataCache = app.metadata
     asked = None if request.topics is None else [t.name for t in request.topics]
-    if asked is not None and app.config.auto_create_topics_enable and \
-            request.allow_auto_topic_creation:
+    creating = app.config.auto_create_topics_enable and request.allow_auto_topic_creation
+    if asked is not None and creating:
         missing = [n for n in asked if n and valid_topic_name(n) and not cache.has_topic(n)]
         if missing:
             await app.auto_create(missing)
     names = sorted(cache.topics) if asked is None else asked
-    return MetadataResponse(brokers=_brokers(app), cluster_id=app.config.cluster_id,
+    return MetadataResponse(brokers=_brokers(app, ctx.listener), cluster_id=app.config.cluster_id,
                             controller_id=app.broker_id,
-                            topics=[_topic(app, cache, name) for name in names])
+                            topics=[_topic(cache, name, creating) for name in names])
 
 
-def _brokers(app: Any) -> list[MetadataResponseBroker]:
+def _brokers(app: Any, listener: str) -> list[MetadataResponseBroker]:
     known = app.metadata.brokers
     if not known:  # before the first UpdateMetadata: at least we exist
-        host, port = app.advertised
+        host, port = app.listeners.get(listener, app.advertised)
         return [MetadataResponseBroker(node_id=app.broker_id, host=host, port=port,
                                        rack=app.config.rack_or_none)]
-    return [MetadataResponseBroker(node_id=b.broker_id, host=b.host, port=b.port, rack=b.rack)
-            for _, b in sorted(known.items())]
+    answer = []
+    for _, b in sorted(known.items()):
+        host, port = b.endpoint(listener)
+        answer.append(MetadataResponseBroker(node_id=b.broker_id, host=host, port=port,
+                                             rack=b.rack))
+    return answer
 
 
-def _topic(app: Any, cache: MetadataCache, name: str | None) -> MetadataResponseTopic:
+def _topic(cache: MetadataCache, name: str | None, creating: bool) -> MetadataResponseTopic:
     if name is None:
         return MetadataResponseTopic(error_code=E.UNKNOWN_TOPIC_ID, name=None)
     parts = cache.topics.get(name)
     if parts is None:
         if not valid_topic_name(name):
             error = E.INVALID_TOPIC_EXCEPTION
-        elif app.config.auto_create_topics_enable:
+        elif creating:  # being created: clients retry this, as with Kafka
             error = E.LEADER_NOT_AVAILABLE
         else:
             error = E.UNKNOWN_TOPIC_OR_PARTITION

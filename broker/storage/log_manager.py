@@ -60,11 +60,14 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
 
 
 class LogManager:
-    def __init__(self, data_dir: str, config: LogConfig, clock: Clock) -> None:
+    def __init__(self, data_dir: str, config: LogConfig, clock: Clock,
+                 retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS) -> None:
         """Use LogManager.open."""
+        assert retention_check_interval_ms > 0, retention_check_interval_ms
         self.data_dir = data_dir
         self.config = config
         self.clock = clock
+        self.retention_check_interval_ms = retention_check_interval_ms
         self.logs: dict[TopicPartition, Log] = {}
         self.had_clean_shutdown = False
         self._last_checkpoint_ms = clock()
@@ -72,9 +75,10 @@ class LogManager:
 
     @classmethod
     def open(cls, data_dir: str, config: LogConfig, clock: Clock, *, broker_id: int,
-             cluster_id: str, configs: dict[str, LogConfig] | None = None) -> LogManager:
+             cluster_id: str, configs: dict[str, LogConfig] | None = None,
+             retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS) -> LogManager:
         """Open (or create) a data dir; configs gives per-topic settings."""
-        self = cls(data_dir, config, clock)
+        self = cls(data_dir, config, clock, retention_check_interval_ms)
         os.makedirs(data_dir, exist_ok=True)
         check_identity(data_dir, broker_id, cluster_id)
         marker = os.path.join(data_dir, CLEAN_SHUTDOWN_FILE)
@@ -129,6 +133,18 @@ class LogManager:
         log.info("created log %s", path)
         return created
 
+    def reconfigure(self, topic: str, partition: int, config: LogConfig) -> bool:
+        """Give an open log other settings (its topic's); they apply from its next append and
+        retention check. False if there is no such log or nothing changes."""
+        found = self.logs.get((topic, partition))
+        if found is None or found.config == config:
+            return False
+        found.config = config
+        log.info("%s: settings changed: segment_bytes=%d segment_ms=%d retention_ms=%d "
+                 "retention_bytes=%d", found.directory, config.segment_bytes, config.segment_ms,
+                 config.retention_ms, config.retention_bytes)
+        return True
+
     def delete_log(self, topic: str, partition: int) -> None:
         """Remove a partition's log: renamed aside first, so a crash cannot leave half of it."""
         removed = self.logs.pop((topic, partition), None)
@@ -150,7 +166,7 @@ class LogManager:
         for each in self.logs.values():
             if each.auto_flush:
                 each.maybe_flush()
-        if now_ms - self._last_retention_ms >= RETENTION_CHECK_INTERVAL_MS:
+        if now_ms - self._last_retention_ms >= self.retention_check_interval_ms:
             self._last_retention_ms = now_ms
             for each in self.logs.values():
                 each.delete_retained_segments()

@@ -173,3 +173,20 @@ def test_kcat(cluster: Cluster, tmp_path: Path) -> None:
         pairs = tuple((k.decode(), v) for k, v in (h.split(b"=", 1) for h in headers.split(b",")))
         got.append((int(partition), int(offset), (key, value, pairs)))
     check(sent, got)
+
+
+def test_confluent_lists_all_topics(cluster: Cluster) -> None:
+    """librdkafka's all-topics Metadata v12 request carries three bytes after its last field;
+    Kafka's brokers ignore them and so must we (the connection used to be closed)."""
+    confluent = pytest.importorskip("confluent_kafka")
+    topic(cluster, "m-listed")
+    admin = confluent.admin.AdminClient({"bootstrap.servers": cluster.bootstrap})
+    assert "m-listed" in admin.list_topics(timeout=WAIT_S).topics
+
+
+def test_unknown_topic_without_auto_create_is_unknown(cluster: Cluster) -> None:
+    from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
+
+    answer = cluster.any_broker().call(3, MetadataRequest(
+        topics=[MetadataRequestTopic(name="never-made")], allow_auto_topic_creation=False))
+    assert answer.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION, not "being created"
