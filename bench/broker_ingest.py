@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import random
 import re
 import select
 import shutil
@@ -87,20 +86,6 @@ def stop(proc: subprocess.Popen[bytes], timeout_s: float = WAIT_S) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def free_port_base() -> int:
-    """A base P with P, P+1, P+2 and P+100 free on 127.0.0.1 (`epochlog cluster up`'s ports)."""
-    for _ in range(50):
-        base = random.randrange(20000, 40000)
-        try:
-            for port in (base, base + 1, base + 2, base + 100):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port range")
 
 
 # ------------------------------------------------------------------- raw limit: the server
@@ -326,6 +311,10 @@ def first_ack(bootstrap: str, start: float, cluster: ClusterUp) -> float:
 def startup_and_memory(root: Path, brokers: int) -> tuple[float, float, dict[str, float]]:
     """(seconds to first ack, seconds to "cluster up" line, name -> idle RSS MB)."""
     os.sync()  # the ingest rounds' writeback must not slow the controller's fsyncs here
+    if str(Path(__file__).resolve().parent.parent) not in sys.path:  # tests/ is not installed
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.test_cluster_up import free_port_base  # the ports `cluster up` takes
+
     port_base = free_port_base()
     bootstrap = ",".join(f"127.0.0.1:{port_base + i}" for i in range(brokers))
     start = time.perf_counter()
