@@ -22,7 +22,8 @@ import signal
 import sys
 from typing import Any
 
-from epochlog.settings import SettingsError, load_settings
+from epochlog.settings import (SettingsError, add_settings_arguments, load_from_args,
+                               setup_logging)
 
 from .config import INTERNAL_LISTENER, BrokerConfig
 
@@ -45,30 +46,20 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--controller", help="HOST:PORT of the controller")
     p.add_argument("--data-dir", help="folder of this broker's partition logs")
     p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: off)")
-    p.add_argument("--config", metavar="FILE", help="TOML file of settings")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="any other setting, e.g. --set num_partitions=3")
-    p.add_argument("--log-level", default="INFO")
+    add_settings_arguments(p, "num_partitions=3")
     p.set_defaults(func=run)
 
 
 def load(args: argparse.Namespace) -> BrokerConfig:
-    overrides: dict[str, Any] = {
+    return load_from_args(BrokerConfig, {
         "broker_id": args.broker_id, "rack": args.rack, "listen": args.listen,
         "advertised": args.advertised, "internal_listen": args.internal_listen,
         "internal_advertised": args.internal_advertised, "controller": args.controller,
-        "data_dir": args.data_dir, "metrics_listen": args.metrics_listen}
-    for item in args.set:
-        name, sep, value = item.partition("=")
-        if not sep:
-            raise SettingsError(f"--set {item!r}: expected NAME=VALUE")
-        overrides[name.strip()] = value
-    return load_settings(BrokerConfig, overrides, toml_path=args.config)
+        "data_dir": args.data_dir, "metrics_listen": args.metrics_listen}, args)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    setup_logging(args.log_level)
     try:
         config = load(args)
     except SettingsError as exc:

@@ -14,7 +14,8 @@ import signal
 import sys
 from typing import Any
 
-from epochlog.settings import SettingsError, load_settings
+from epochlog.settings import (SettingsError, add_settings_arguments, load_from_args,
+                               setup_logging)
 
 from .config import ControllerConfig
 
@@ -28,26 +29,17 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--listen", help="HOST:PORT to serve brokers and admin tools on")
     p.add_argument("--metrics-listen", help="HOST:PORT for Prometheus /metrics (default: off)")
     p.add_argument("--broker-session-timeout-ms", help="broker session timeout (default 9000)")
-    p.add_argument("--config", metavar="FILE", help="TOML file of settings")
-    p.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
-                   help="any other setting, e.g. --set default_num_partitions=3")
-    p.add_argument("--log-level", default="INFO")
+    add_settings_arguments(p, "default_num_partitions=3")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    overrides: dict[str, Any] = {
-        "data_dir": args.data_dir, "listen": args.listen, "metrics_listen": args.metrics_listen,
-        "broker_session_timeout_ms": args.broker_session_timeout_ms}
+    setup_logging(args.log_level)
     try:
-        for item in args.set:
-            name, sep, value = item.partition("=")
-            if not sep:
-                raise SettingsError(f"--set {item!r}: expected NAME=VALUE")
-            overrides[name.strip()] = value
-        config = load_settings(ControllerConfig, overrides, toml_path=args.config)
+        config = load_from_args(ControllerConfig, {
+            "data_dir": args.data_dir, "listen": args.listen,
+            "metrics_listen": args.metrics_listen,
+            "broker_session_timeout_ms": args.broker_session_timeout_ms}, args)
     except SettingsError as exc:
         print(f"epochlog controller: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS

@@ -13,6 +13,8 @@ the prefix and read different settings.
 
 from __future__ import annotations
 
+import logging
+import sys
 import os
 import re
 import tomllib
@@ -91,3 +93,28 @@ def _describe(exc: msgspec.ValidationError, source: Mapping[str, str]) -> str:
     name = found.group(1)
     reason = text[:found.start()].rstrip(" -")
     return f"setting {name} (from {source.get(name, 'default')}): {reason}"
+
+
+def add_settings_arguments(parser: Any, example: str) -> None:
+    """The flags every server command shares: a TOML file, NAME=VALUE overrides, log level."""
+    parser.add_argument("--config", metavar="FILE", help="TOML file of settings")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help=f"any other setting, e.g. --set {example}")
+    parser.add_argument("--log-level", default="INFO")
+
+
+def setup_logging(level: str) -> None:
+    """One line per event on stderr, as every server logs."""
+    logging.basicConfig(level=level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def load_from_args(struct_type: type[T], flags: Mapping[str, Any], args: Any) -> T:
+    """Settings from a command's own flags plus its --set items and --config file."""
+    overrides = dict(flags)
+    for item in args.set:
+        name, sep, value = item.partition("=")
+        if not sep:
+            raise SettingsError(f"--set {item!r}: expected NAME=VALUE")
+        overrides[name.strip()] = value
+    return load_settings(struct_type, overrides, toml_path=args.config)
