@@ -14,9 +14,9 @@ the prefix and read different settings.
 from __future__ import annotations
 
 import logging
-import sys
 import os
 import re
+import sys
 import tomllib
 from collections.abc import Mapping
 from typing import Any, TypeVar
