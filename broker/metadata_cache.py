@@ -2,7 +2,8 @@
 
 Filled only by UpdateMetadata (docs/control-plane.md): `live_brokers` is always the complete list
 (replace ours); `topic_states` are upserts; leader -2 marks a deleted partition (forget it; a topic
-with no partition left is forgotten). The first UpdateMetadata of a generation lists everything,
+with no partition left is forgotten). Topic ids come with v7 (`topic_ids`, name -> UUID); a zero
+id (v5-6, or a topic being deleted) does not replace a known one. The first UpdateMetadata of a generation lists everything,
 so a restarted broker needs nothing else.
 
 Each broker keeps every listener it registered (name, host, port), in registration order.
@@ -17,9 +18,11 @@ by their own timeout. Mutated only by the UpdateMetadata handler, on the event l
 from __future__ import annotations
 
 import asyncio
+import uuid
 from dataclasses import dataclass
 
 from protocol.apis.update_metadata import UpdateMetadataRequest
+from protocol.schema import ZERO_UUID
 
 LEADER_DURING_DELETE = -2
 
@@ -57,6 +60,7 @@ class MetadataCache:
     def __init__(self) -> None:
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, dict[int, PartitionInfo]] = {}
+        self.topic_ids: dict[str, uuid.UUID] = {}  # name -> id, for the topics in `topics`
         self.updates_total = 0
         self._changed = asyncio.Event()
 
@@ -68,6 +72,8 @@ class MetadataCache:
                     Endpoint(e.listener, e.host, e.port) for e in b.endpoints))
         for topic in request.topic_states:
             parts = self.topics.setdefault(topic.topic_name, {})
+            if topic.topic_id != ZERO_UUID:
+                self.topic_ids[topic.topic_name] = topic.topic_id
             for ps in topic.partition_states:
                 if ps.leader == LEADER_DURING_DELETE:
                     parts.pop(ps.partition_index, None)
@@ -77,6 +83,7 @@ class MetadataCache:
                     tuple(ps.isr), tuple(ps.offline_replicas))
             if not parts:
                 del self.topics[topic.topic_name]
+                self.topic_ids.pop(topic.topic_name, None)
         self.updates_total += 1
         self._changed.set()
         self._changed = asyncio.Event()
@@ -95,3 +102,11 @@ class MetadataCache:
 
     def has_topic(self, topic: str) -> bool:
         return topic in self.topics
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """The topic's id, or the zero id if we know none."""
+        return self.topic_ids.get(topic, ZERO_UUID)
+
+    def topic_name(self, topic_id: uuid.UUID) -> str | None:
+        """The name of the topic with this id, if we hold it."""
+        return next((n for n, i in self.topic_ids.items() if i == topic_id), None)

@@ -2,36 +2,48 @@
 
 Theory of operation
 -------------------
-Each connection is served by one coroutine that reads a frame, answers it, then reads the next,
-so answers leave in request order and a client that pipelines requests simply finds them waiting
-in the socket: the socket itself is the queue, and a slow handler (a long-polling Fetch) holds
-back only its own connection, as in Kafka. The frame size is checked before the frame is read.
+Each connection is an asyncio BufferedProtocol: the loop receives straight into buffers that a
+`protocol.frames.FrameReceiver` hands out (a large frame, a Produce request, gets its own buffer,
+so its bytes are copied by the kernel only), and the frames it completes go to that connection's
+queue. One task per connection drains the queue in order: decode (the request keeps memoryview
+slices of its frame: records are not copied), call the handler, write the answer (as a few
+buffers in one vectored write: a Fetch answer's records leave in the buffer the log read them
+into, never copied into a bigger bytes object; `framed_chunks`). So answers
+leave in request order, and a slow handler (a long-polling Fetch) holds back only its own
+connection, as in Kafka. The queue is bounded (`requests_queued_max`, `queued_bytes_max`): past
+either, the connection stops reading until the task catches up, and the socket is the queue. The
+frame size is checked before anything is allocated for the frame.
 
 Bad input never takes the process down: an unknown API key, a version no handler serves, a
 frame that does not decode, or a handler that fails closes that one connection with one log line
-naming the peer and the reason. ApiVersions at an unknown version is the exception: it is
-answered with UNSUPPORTED_VERSION and our ranges in a v0 body (KIP-511).
+naming the peer and the reason (after answering the requests received before it). ApiVersions at
+an unknown version is the exception: it is answered with UNSUPPORTED_VERSION and our ranges in a
+v0 body (KIP-511). A peer that half-closes still gets the answers to what it sent.
 
-Limits: `frame_bytes_max` (Kafka's socket.request.max.bytes), `connections_max`, and
-`idle_ms_max` (connections.max.idle.ms), enforced by a sweeper rather than a timer per read.
+Limits: `frame_bytes_max` (Kafka's socket.request.max.bytes), `connections_max`,
+`idle_ms_max` (connections.max.idle.ms, enforced by a sweeper rather than a timer per read), the
+queue bounds above, and `write_buffer_bytes_max` (answers waiting for the socket).
 
 One server serves one listener (EXTERNAL or INTERNAL, see config.py); a broker with two listeners
 runs two. Each request's context names the listener it arrived on, so that Metadata can answer
-with that listener's addresses (Kafka's rule). Limits apply per listener.
+with that listener's addresses (Kafka's rule). Limits and byte counts are per listener; the
+observer (metrics) is told the listener of each request.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import struct
+import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, cast
 
-from protocol.errors import DecodeError, UnsupportedVersion
-from protocol.frames import frame
+from protocol.errors import DecodeError, ProtocolError, UnsupportedVersion
+from protocol.frames import FrameReceiver, frame
 from protocol.headers import (RequestHeader, decode_request_header, encode_response_header,
                               peek_request_header)
 
@@ -41,8 +53,8 @@ from .handlers import api_versions as api_versions_handler
 
 log = logging.getLogger("epochlog.server")
 
-_SIZE = struct.Struct(">i")
 _API_VERSIONS = 18
+_SIZE = struct.Struct(">i")
 
 
 @dataclass(frozen=True)
@@ -51,6 +63,8 @@ class ServerLimits:
     connections_max: int = 4096
     idle_ms_max: int = 600_000
     write_buffer_bytes_max: int = 4 * 1024 * 1024  # answers queue to the socket up to this
+    requests_queued_max: int = 16  # whole requests read ahead of the one being handled
+    queued_bytes_max: int = 16 * 1024 * 1024  # ... and their bytes (one bigger frame may pass)
 
 
 @dataclass
@@ -68,15 +82,154 @@ class _Closing(Exception):
     """Close this connection; the message says why (logged once)."""
 
 
-@dataclass(eq=False)  # identity, so connections can live in a set
-class _Conn:
-    peer: str
-    writer: asyncio.StreamWriter
-    last_active: float = field(default_factory=time.monotonic)
+_EOF = object()  # queued when the peer half-closes: answer what came before, then close
+
+# Called with (listener, api key, version, answer or None) after each request is handled.
+Observer = Callable[[str, int, int, Any], None]
 
 
-# Called with (api key, version, answer or None) after each request is handled (metrics).
-Observer = Callable[[int, int, Any], None]
+class _Connection(asyncio.BufferedProtocol):
+    """One client connection: receives frames into its queue; its task answers them."""
+
+    def __init__(self, server: KafkaServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.peer = "?"
+        self.last_active = time.monotonic()
+        self.transport: asyncio.Transport | None = None
+        self._frames = FrameReceiver(self.limits.frame_bytes_max)
+        self._queue: collections.deque[Any] = collections.deque()  # frames, _Closing, _EOF
+        self._queued_bytes = 0
+        self._reading_paused = False
+        self._reading_ended = False  # after a bad frame: never resumed
+        self._wakeup: asyncio.Future[None] | None = None  # the task waits here for the queue
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self._lost = False
+        self.task: asyncio.Task[None] | None = None
+
+    # ---- called by the event loop
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's is no subclass
+        peername = transport.get_extra_info("peername")
+        self.peer = f"{peername[0]}:{peername[1]}" if peername else "?"
+        conns = self.server.conns
+        if len(conns) >= self.limits.connections_max:
+            log.warning("refusing connection from %s: %d connections open (limit)", self.peer,
+                        len(conns))
+            self._lost = True
+            transport.abort()
+            return
+        conns.add(self)
+        transport.set_write_buffer_limits(high=self.limits.write_buffer_bytes_max)
+        self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.server.bytes_in_total += nbytes
+        self.last_active = time.monotonic()
+        try:
+            frames = self._frames.buffer_updated(nbytes)
+        except ProtocolError as exc:  # a bad size: answer what came before, then close
+            self._push(_Closing(str(exc)), 0)
+            self._reading_ended = True
+            self._pause_reading()
+            return
+        for request in frames:
+            self._push(request, len(request))
+        if (len(self._queue) >= self.limits.requests_queued_max
+                or self._queued_bytes >= self.limits.queued_bytes_max):
+            self._pause_reading()
+
+    def eof_received(self) -> bool:
+        self._push(_EOF, 0)
+        return True  # keep the transport open to write the answers
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
+        self.server.conns.discard(self)
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # ---- the queue
+    def _push(self, item: Any, size: int) -> None:
+        self._queue.append(item)
+        self._queued_bytes += size
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None and not self._wakeup.done():
+            self._wakeup.set_result(None)
+
+    def _pause_reading(self) -> None:
+        if not self._reading_paused and self.transport is not None:
+            self._reading_paused = True
+            self.transport.pause_reading()
+
+    async def _next(self) -> Any:
+        """The next queued item, or _EOF once the connection is gone."""
+        while not self._queue:
+            if self._lost:
+                return _EOF
+            self._wakeup = asyncio.get_running_loop().create_future()
+            await self._wakeup
+        item = self._queue.popleft()
+        if isinstance(item, bytearray):
+            self._queued_bytes -= len(item)
+        if (self._reading_paused and not self._reading_ended and not self._lost
+                and len(self._queue) <= self.limits.requests_queued_max // 2
+                and self._queued_bytes <= self.limits.queued_bytes_max // 2):
+            assert self.transport is not None
+            self._reading_paused = False
+            self.transport.resume_reading()
+        return item
+
+    # ---- the task
+    async def _serve(self) -> None:
+        assert self.transport is not None
+        transport, server = self.transport, self.server
+        try:
+            while True:
+                item = await self._next()
+                if item is _EOF:
+                    break
+                if isinstance(item, _Closing):
+                    raise item
+                answer = await server.answer(memoryview(item), self.peer)
+                if sys.getrefcount(item) == 2:  # no view of it left (item, the argument):
+                    self._frames.recycle(item)  # its memory takes the next large frame
+                if self._lost or transport.is_closing():  # closed meanwhile (stop(), idle sweep)
+                    break
+                if answer is not None:
+                    server.bytes_out_total += sum(map(len, answer))
+                    transport.writelines(answer)
+                    if self._writable is not None and not self._writable.done():
+                        await self._writable
+                self.last_active = time.monotonic()
+        except _Closing as exc:
+            log.warning("closing connection from %s: %s", self.peer, exc)
+        except Exception:  # a bug in this layer: lose the connection, never the process
+            log.exception("connection from %s failed", self.peer)
+        finally:
+            self.server.conns.discard(self)
+            transport.close()
+
+    def close(self, abort: bool = False) -> None:
+        if self.transport is not None:
+            if abort:
+                self.transport.abort()
+            else:
+                self.transport.close()
 
 
 class KafkaServer:
@@ -88,14 +241,15 @@ class KafkaServer:
         self.observer = observer
         self.bytes_in_total = 0
         self.bytes_out_total = 0
-        self._server: asyncio.base_events.Server | None = None
-        self._conns: set[_Conn] = set()
-        self._sweeper: asyncio.Task[None] | None = None
         self.requests_total = 0
+        self.conns: set[_Connection] = set()
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
-        self._server = await asyncio.start_server(self._serve, host, port)
-        self._sweeper = asyncio.get_running_loop().create_task(self._sweep_idle())
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        self._sweeper = loop.create_task(self._sweep_idle())
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
 
@@ -104,8 +258,13 @@ class KafkaServer:
             self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
-        for conn in list(self._conns):
-            conn.writer.close()
+        tasks = [c.task for c in self.conns if c.task is not None]
+        for conn in list(self.conns):
+            conn.close(abort=True)  # unsent answers are dropped: a peer that does not read
+            # must not hold the stop (wait_closed waits for every connection to go)
+        for task in tasks:  # a handler still waiting (a long poll) has no one to answer
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
 
@@ -114,48 +273,16 @@ class KafkaServer:
         while True:
             await asyncio.sleep(period)
             cutoff = time.monotonic() - self.limits.idle_ms_max / 1000
-            for conn in [c for c in self._conns if c.last_active < cutoff]:
+            for conn in [c for c in self.conns if c.last_active < cutoff]:
                 log.info("closing idle connection from %s", conn.peer)
-                conn.writer.close()
+                conn.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peername = writer.get_extra_info("peername")
-        peer = f"{peername[0]}:{peername[1]}" if peername else "?"
-        if len(self._conns) >= self.limits.connections_max:
-            log.warning("refusing connection from %s: %d connections open (limit)", peer,
-                        len(self._conns))
-            writer.close()
-            return
-        conn = _Conn(peer, writer)
-        self._conns.add(conn)
-        try:
-            while True:
-                size, = _SIZE.unpack(await reader.readexactly(4))
-                if size < 0 or size > self.limits.frame_bytes_max:
-                    raise _Closing(f"frame of {size} bytes (limit {self.limits.frame_bytes_max})")
-                request = await reader.readexactly(size)
-                self.bytes_in_total += 4 + size
-                conn.last_active = time.monotonic()
-                answer = await self._answer(request, peer)
-                if writer.is_closing():  # closed while the handler ran (stop(), idle sweep)
-                    break
-                if answer is not None:
-                    self.bytes_out_total += len(answer)
-                    writer.write(answer)
-                    if writer.transport.get_write_buffer_size() > self.limits.write_buffer_bytes_max:
-                        await writer.drain()
-                conn.last_active = time.monotonic()
-        except _Closing as exc:
-            log.warning("closing connection from %s: %s", peer, exc)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        except Exception:  # a bug in this layer: lose the connection, never the process
-            log.exception("connection from %s failed", peer)
-        finally:
-            self._conns.discard(conn)
-            writer.close()
-
-    async def _answer(self, request: bytes, peer: str) -> bytes | None:
+    async def answer(self, frame_view: memoryview, peer: str) -> list[Buffer] | None:
+        """The framed answer to one request frame, as buffers to write in order, or None (no
+        answer is due)."""
+        # The codec reads through the buffer protocol: byte fields come out as views of the
+        # frame (its annotations say bytes, the common case).
+        request = cast(bytes, frame_view)
         try:
             key, version, correlation_id = peek_request_header(request)
         except DecodeError as exc:
@@ -167,7 +294,7 @@ class KafkaServer:
         if not registration.min_version <= version <= registration.max_version:
             if key == _API_VERSIONS:
                 body = api.encode_response(api_versions_handler.unsupported_version_answer(), 0)
-                return frame(encode_response_header(correlation_id, 0) + body)
+                return [frame(encode_response_header(correlation_id, 0) + body)]
             raise _Closing(f"{api.name} v{version} is not supported "
                            f"(v{registration.min_version}-{registration.max_version})")
         try:
@@ -183,8 +310,42 @@ class KafkaServer:
             log.exception("%s v%d from %s failed", api.name, version, peer)
             raise _Closing(f"internal error in {api.name}: {exc}") from exc
         if self.observer is not None:
-            self.observer(key, version, result)
+            self.observer(self.listener, key, version, result)
         if result is None:
             return None
         header_bytes = encode_response_header(correlation_id, api.response_header_version(version))
-        return frame(header_bytes + api.encode_response(result, version))
+        return framed_chunks(header_bytes, api, result, version)
+
+
+Buffer = bytes | bytearray | memoryview
+CHUNK_JOIN_BYTES_MAX = 16 * 1024  # encoded pieces up to this size are joined, larger ones not
+
+
+def framed_chunks(header: bytes, api: Any, result: Any, version: int) -> list[Buffer]:
+    """The answer frame as a few buffers for one vectored write: the size prefix, the header
+    and the small encoded fields joined, and every large field (a Fetch answer's records) passed
+    as it is, so a megabyte of records is never copied into a bigger bytes object."""
+    if type(result) is not api.response:
+        return [frame(header + api.encode_response(result, version))]  # raises, naming it
+    pieces: list[Buffer] = [b"", header]
+    try:
+        api.encoder(False, version)(result, pieces)
+    except Exception:  # noqa: BLE001 - encode again below: the codec names what is wrong
+        return [frame(header + api.encode_response(result, version))]
+    size = sum(map(len, pieces))
+    if size <= CHUNK_JOIN_BYTES_MAX:
+        return [_SIZE.pack(size) + b"".join(pieces)]
+    pieces[0] = _SIZE.pack(size)
+    out: list[Buffer] = []
+    small: list[Buffer] = []
+    for piece in pieces:
+        if len(piece) > CHUNK_JOIN_BYTES_MAX:
+            if small:
+                out.append(b"".join(small))
+                small = []
+            out.append(piece)
+        else:
+            small.append(piece)
+    if small:
+        out.append(b"".join(small))
+    return out

@@ -1,16 +1,18 @@
-"""Control requests to brokers, built from the model: LeaderAndIsr v4, UpdateMetadata v6,
+"""Control requests to brokers, built from the model: LeaderAndIsr v4, UpdateMetadata v7,
 StopReplica v3.
 
 Every request carries the controller's epoch and the destination's broker epoch (KIP-380); a
 broker refuses older ones (see docs/control-plane.md). UpdateMetadata carries every listener of
 every live broker (each broker answers Metadata with the listener a request came on);
 LeaderAndIsr's live_leaders name each leader's INTERNAL endpoint when it has one, since followers
-fetch there. Pure functions: no state is read here but
-what the caller passes.
+fetch there. UpdateMetadata v7 also carries each topic's id, which brokers answer in Metadata
+v10+ (a topic being deleted is no longer known by id: it goes with the zero id). Pure functions:
+no state is read here but what the caller passes.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
@@ -21,12 +23,13 @@ from protocol.apis.stop_replica import (StopReplicaPartitionState, StopReplicaRe
 from protocol.apis.update_metadata import (UpdateMetadataBroker, UpdateMetadataEndpoint,
                                            UpdateMetadataPartitionState, UpdateMetadataRequest,
                                            UpdateMetadataTopicState)
+from protocol.schema import ZERO_UUID
 
 from .model import LEADER_DURING_DELETE, Broker, Partition
 
 LEADER_AND_ISR_KEY, LEADER_AND_ISR_VERSION = 4, 4
 STOP_REPLICA_KEY, STOP_REPLICA_VERSION = 5, 3
-UPDATE_METADATA_KEY, UPDATE_METADATA_VERSION = 6, 6
+UPDATE_METADATA_KEY, UPDATE_METADATA_VERSION = 6, 7
 
 # (topic, partition index, state, is_new)
 LaiItem = tuple[str, int, Partition, bool]
@@ -61,8 +64,10 @@ def leader_and_isr(controller_id: int, controller_epoch: int, broker_epoch: int,
 
 
 def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int,
-                    items: Iterable[UmItem], brokers: Mapping[int, Broker]
-                    ) -> UpdateMetadataRequest:
+                    items: Iterable[UmItem], brokers: Mapping[int, Broker],
+                    topic_ids: Mapping[str, uuid.UUID] | None = None) -> UpdateMetadataRequest:
+    """topic_ids: each topic's id (v7); a topic not in it (being deleted) goes with the zero id."""
+    ids = topic_ids or {}
     live = {b.broker_id for b in brokers.values() if b.live}
     by_topic: dict[str, list[UpdateMetadataPartitionState]] = defaultdict(list)
     for topic, index, p, replicas in items:
@@ -79,7 +84,8 @@ def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int
         by_topic[topic].append(state)
     return UpdateMetadataRequest(
         controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
-        topic_states=[UpdateMetadataTopicState(topic_name=t, partition_states=ps)
+        topic_states=[UpdateMetadataTopicState(topic_name=t, topic_id=ids.get(t, ZERO_UUID),
+                                               partition_states=ps)
                       for t, ps in sorted(by_topic.items())],
         live_brokers=[_um_broker(b) for _, b in sorted(brokers.items()) if b.live])
 

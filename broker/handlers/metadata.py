@@ -1,8 +1,9 @@
 """Metadata (key 3), versions 1-12.
 
 v1 racks and controller id; v2 cluster id; v4 allow_auto_topic_creation; v5 offline replicas;
-v7 partition leader epoch (KIP-320); v9 flexible; v10 topic ids (always zero here: UpdateMetadata
-v6 carries none); v12 a topic may be asked for by id alone (UNKNOWN_TOPIC_ID: we know no ids).
+v7 partition leader epoch (KIP-320); v9 flexible; v10 topic ids (the controller's, which
+UpdateMetadata v7 brings to the cache; zero only for a topic whose id has not reached us); v12 a
+topic may be asked for by id alone (answered with its name, or UNKNOWN_TOPIC_ID).
 
 Answered from the metadata cache (UpdateMetadata). An unknown topic is created when the client
 allows it (v4+; always before v4) and the broker's auto_create_topics_enable is on: CreateTopics
@@ -23,8 +24,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from protocol.apis.metadata import (MetadataRequest, MetadataResponse, MetadataResponseBroker,
-                                    MetadataResponsePartition, MetadataResponseTopic)
+from protocol.apis.metadata import (MetadataRequest, MetadataRequestTopic, MetadataResponse,
+                                    MetadataResponseBroker, MetadataResponsePartition,
+                                    MetadataResponseTopic)
 from protocol.error_codes import ErrorCode
 from protocol.schema import ZERO_UUID
 
@@ -39,16 +41,29 @@ NO_LEADER = -1
 async def handle(ctx: Any, request: MetadataRequest) -> MetadataResponse:
     app = ctx.app
     cache: MetadataCache = app.metadata
-    asked = None if request.topics is None else [t.name for t in request.topics]
+    asked = None if request.topics is None else [_name(cache, t) for t in request.topics]
     creating = app.config.auto_create_topics_enable and request.allow_auto_topic_creation
     if asked is not None and creating:
         missing = [n for n in asked if n and valid_topic_name(n) and not cache.has_topic(n)]
         if missing:
             await app.auto_create(missing)
-    names = sorted(cache.topics) if asked is None else asked
+    names = sorted(cache.topics) if asked is None else [n for n in asked if n is not None]
     return MetadataResponse(brokers=_brokers(app, ctx.listener), cluster_id=app.config.cluster_id,
                             controller_id=app.broker_id,
-                            topics=[_topic(cache, name, creating) for name in names])
+                            topics=[_topic(cache, name, creating) for name in names]
+                            + [_unknown_id(t) for t in request.topics or ()
+                               if t.name is None and _name(cache, t) is None])
+
+
+def _name(cache: MetadataCache, asked: MetadataRequestTopic) -> str | None:
+    """The name a requested topic goes by: its own, else the one its id has (v12), else None."""
+    if asked.name is not None or asked.topic_id == ZERO_UUID:
+        return asked.name
+    return cache.topic_name(asked.topic_id)
+
+
+def _unknown_id(asked: MetadataRequestTopic) -> MetadataResponseTopic:
+    return MetadataResponseTopic(error_code=E.UNKNOWN_TOPIC_ID, name=None, topic_id=asked.topic_id)
 
 
 def _brokers(app: Any, listener: str) -> list[MetadataResponseBroker]:
@@ -65,9 +80,7 @@ def _brokers(app: Any, listener: str) -> list[MetadataResponseBroker]:
     return answer
 
 
-def _topic(cache: MetadataCache, name: str | None, creating: bool) -> MetadataResponseTopic:
-    if name is None:
-        return MetadataResponseTopic(error_code=E.UNKNOWN_TOPIC_ID, name=None)
+def _topic(cache: MetadataCache, name: str, creating: bool) -> MetadataResponseTopic:
     parts = cache.topics.get(name)
     if parts is None:
         if not valid_topic_name(name):
@@ -77,7 +90,7 @@ def _topic(cache: MetadataCache, name: str | None, creating: bool) -> MetadataRe
         else:
             error = E.UNKNOWN_TOPIC_OR_PARTITION
         return MetadataResponseTopic(error_code=error, name=name)
-    return MetadataResponseTopic(name=name, topic_id=ZERO_UUID, partitions=[
+    return MetadataResponseTopic(name=name, topic_id=cache.topic_id(name), partitions=[
         MetadataResponsePartition(
             error_code=E.LEADER_NOT_AVAILABLE if p.leader == NO_LEADER else 0,
             partition_index=index, leader_id=p.leader, leader_epoch=p.leader_epoch,

@@ -1,6 +1,8 @@
-"""UpdateMetadata (key 6), versions 5-6. Controller to broker.
+"""UpdateMetadata (key 6), versions 5-7. Controller to broker.
 
-v5 carries broker_epoch (KIP-380); v6 is flexible and is what the controller sends. Fenced first
+v5 carries broker_epoch (KIP-380); v6 is flexible; v7 adds topic ids and is what the controller
+sends. Held first, bounded, until the controller has confirmed our generation (see
+leader_and_isr.py; app.control_request_ready), then fenced
 (fencing.ControlEpochs.admit: STALE_BROKER_EPOCH, then STALE_CONTROLLER_EPOCH, and then nothing
 is applied); otherwise the live brokers are replaced and the partition states upserted into the
 metadata cache, which Metadata and DescribeCluster answers come from.
@@ -15,8 +17,10 @@ from protocol.apis.update_metadata import UpdateMetadataRequest, UpdateMetadataR
 from . import register
 
 
-async def handle(ctx: Any, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
+async def handle(ctx: Any, request: UpdateMetadataRequest) -> UpdateMetadataResponse | None:
     app = ctx.app
+    if not await app.control_request_ready("UpdateMetadata"):
+        return None  # no generation to judge it against: unanswered, the controller resends
     error = app.epochs.admit("UpdateMetadata", request.controller_id, request.controller_epoch,
                              request.broker_epoch)
     if error:
@@ -25,4 +29,4 @@ async def handle(ctx: Any, request: UpdateMetadataRequest) -> UpdateMetadataResp
     return UpdateMetadataResponse()
 
 
-register(6, 5, 6, handle)
+register(6, 5, 7, handle)

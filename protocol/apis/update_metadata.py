@@ -1,14 +1,16 @@
-"""UpdateMetadata (key 6): versions 5-6, flexible from v6. Controller to broker.
+"""UpdateMetadata (key 6): versions 5-7, flexible from v6. Controller to broker.
 
-v5 carries broker_epoch (KIP-380) and groups partitions by topic; v6 is flexible. It tells every
-broker the live brokers (with rack and endpoints) and each partition's leader, leader epoch,
-replicas, ISR and offline replicas, which brokers serve in Metadata answers.
+v5 carries broker_epoch (KIP-380) and groups partitions by topic; v6 is flexible; v7 adds each
+topic's id (Kafka's KIP-516 layout: the uuid right after the topic name). It tells every broker
+the live brokers (with rack and endpoints) and each topic's id and each partition's leader, leader
+epoch, replicas, ISR and offline replicas, which brokers serve in Metadata answers.
 """
 
+import uuid
 from typing import Annotated
 
 from ..api import Api
-from ..schema import Message, V, i16, i32, i64
+from ..schema import ZERO_UUID, Message, V, i16, i32, i64
 
 
 class UpdateMetadataPartitionState(Message):
@@ -24,6 +26,7 @@ class UpdateMetadataPartitionState(Message):
 
 class UpdateMetadataTopicState(Message):
     topic_name: str = ""
+    topic_id: Annotated[uuid.UUID, V("7+")] = ZERO_UUID
     partition_states: list[UpdateMetadataPartitionState] = []
 
 
@@ -52,5 +55,5 @@ class UpdateMetadataResponse(Message):
     error_code: i16 = 0
 
 
-API = Api(key=6, name="UpdateMetadata", min_version=5, max_version=6, flexible_from=6,
+API = Api(key=6, name="UpdateMetadata", min_version=5, max_version=7, flexible_from=6,
           request=UpdateMetadataRequest, response=UpdateMetadataResponse)

@@ -278,9 +278,10 @@ def test_metrics_count_requests_by_api_and_error(tmp_path) -> None:
                 index=5, records=build_batch([(None, b"x", None, None)]))])]), 9)  # no such
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT_S) as r:
             text = r.read().decode()
-    assert 'epochlog_broker_requests_total{api="CreateTopics",error="NONE",version="7"} 1.0' \
+    assert ('epochlog_broker_requests_total{api="CreateTopics",error="NONE",listener="EXTERNAL",'
+            'version="7"} 1.0') in text
+    assert 'api="Produce",error="UNKNOWN_TOPIC_OR_PARTITION",listener="EXTERNAL",version="9"' \
         in text
-    assert 'api="Produce",error="UNKNOWN_TOPIC_OR_PARTITION",version="9"' in text
     assert "epochlog_broker_partitions_led 1.0" in text
     assert "epochlog_broker_generation 1.0" in text
     assert 'epochlog_broker_purgatory_size{purgatory="fetch"} 0.0' in text

@@ -1,7 +1,10 @@
 """The broker's server meets bad input by closing that one connection; others keep working.
 
 These run the server in-process on 127.0.0.1 with only the handlers that need no cluster
-(ApiVersions); whole-broker tests on real processes come with the broker process itself.
+(ApiVersions); whole-broker tests on real processes come with the broker process itself. The last
+ones check the framing around it: pipelined requests of every size (below and above the receive
+scratch buffer, cut anywhere) answered in order, a half-closed peer still answered, and the
+requests before a bad frame answered before the connection closes.
 """
 
 from __future__ import annotations
@@ -76,5 +79,54 @@ async def test_bad_input_closes_only_that_connection(server, payload: bytes) -> 
 async def test_idle_connections_are_closed(server) -> None:
     _, port = server
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    assert await asyncio.wait_for(reader.read(1), 5) == b""
+    writer.close()
+
+
+# ---------------------------------------------------------------- framing and order of answers
+def _api_versions(correlation_id: int, name_bytes: int) -> bytes:
+    """An ApiVersions v3 request frame; a long client_software_name makes it large (the server
+    receives frames over its 32 KiB scratch buffer into their own buffers)."""
+    from protocol.apis.api_versions import ApiVersionsRequest
+    body = APIS[18].encode_request(ApiVersionsRequest(client_software_name="x" * name_bytes,
+                                                      client_software_version="1"), 3)
+    return frame(RequestHeader(18, 3, correlation_id, "t").encode(2) + body)
+
+
+async def _correlation_ids(reader: asyncio.StreamReader, count: int) -> list[int]:
+    ids = []
+    for _ in range(count):
+        size, = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 5))
+        ids.append(struct.unpack(">i", (await reader.readexactly(size))[:4])[0])
+    return ids
+
+
+async def test_pipelined_requests_of_any_size_are_answered_in_order(server) -> None:
+    _, port = server
+    sizes = [10, 100_000, 20, 40_000, 300_000, 5, 33_000]
+    stream = b"".join(_api_versions(i, n) for i, n in enumerate(sizes))
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for start in range(0, len(stream), 7_777):  # cut across frame boundaries
+        writer.write(stream[start:start + 7_777])
+        await writer.drain()
+    assert await _correlation_ids(reader, len(sizes)) == list(range(len(sizes)))
+    writer.close()
+
+
+async def test_a_half_closed_connection_still_gets_its_answers(server) -> None:
+    _, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_api_versions(1, 10) + _api_versions(2, 50_000))
+    writer.write_eof()
+    assert await _correlation_ids(reader, 2) == [1, 2]
+    assert await asyncio.wait_for(reader.read(1), 5) == b""  # then the server closes
+    writer.close()
+
+
+async def test_requests_before_a_bad_frame_are_answered_then_it_closes(server) -> None:
+    _, port = server
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(_api_versions(1, 10) + _api_versions(2, 50_000) + struct.pack(">i", 1 << 30))
+    assert await _correlation_ids(reader, 2) == [1, 2]
     assert await asyncio.wait_for(reader.read(1), 5) == b""
     writer.close()
