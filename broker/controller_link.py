@@ -8,15 +8,22 @@ Theory of operation
    bounded backoff) until the controller answers; the answer's broker epoch is our generation
    (KIP-380).
 2. `run()` heartbeats every `broker_heartbeat_interval_ms`, starting right after registration.
-   A lost connection is reopened and the heartbeat carries on with the same broker epoch (a
-   restarted controller gives live generations a fresh session). STALE_BROKER_EPOCH means our
-   session expired and the generation is over: stop leading (`on_generation_lost`) and register
-   again with the same incarnation id, which gives a new, higher generation.
+   When the connection it heartbeats on closes, it reconnects and heartbeats at once, retrying
+   with a bounded backoff (`BACKOFF_MS_MIN` doubling to `BACKOFF_MS_MAX`, never beyond the
+   heartbeat interval), with the same broker epoch: the controller fails a generation whose
+   heartbeat connection closed unless it heartbeats again within `broker_connection_loss_grace_ms`
+   (~500 ms; that is how a killed broker is noticed at once), and a restarted controller gives
+   live generations a fresh session. The closing is noticed by looking at the connection every
+   `CONNECTION_CHECK_MS` between heartbeats. STALE_BROKER_EPOCH means our generation is over:
+   control requests wait again (`ControlEpochs.generation_over`), stop leading
+   (`on_generation_lost`) and register again with the same incarnation id, which gives a new,
+   higher generation (`on_registered`).
 3. `controlled_shutdown()` asks the controller to move our leaderships away, repeating every
    `controlled_shutdown_backoff_ms` until nothing remains or `controlled_shutdown_retries_max` is
    spent. STALE_BROKER_EPOCH there means the generation is already over: nothing left to do.
 4. `forward()` relays an admin request (CreateTopics, ...) to the controller on a second
    connection, so a slow admin request never delays a heartbeat.
+5. `alter_partition()` sends a leader's ISR changes (isr_task.py) on a third connection.
 
 The generation itself lives in `ControlEpochs` (fencing.py): one log line per change.
 """
@@ -44,8 +51,12 @@ from .fencing import ControlEpochs
 log = logging.getLogger("epochlog.broker")
 
 BACKOFF_MS_MIN, BACKOFF_MS_MAX = 50, 1000
+# Between heartbeats, how often the heartbeat connection is looked at: a closed one is reopened
+# and heartbeated on at once, well inside the controller's connection-loss grace (~500 ms).
+CONNECTION_CHECK_MS = 50
 # A failed registration is logged on the first try and then every this many tries, not each one.
 REGISTRATION_LOG_EVERY = 20
+HEARTBEAT_TIMEOUT_MS_MIN = 500
 
 
 class ControllerUnavailable(ConnectionError):
@@ -55,15 +66,18 @@ class ControllerUnavailable(ConnectionError):
 class ControllerLink:
     def __init__(self, config: BrokerConfig, epochs: ControlEpochs,
                  listeners: Mapping[str, tuple[str, int]],
-                 on_generation_lost: Callable[[str], None]) -> None:
+                 on_generation_lost: Callable[[str], None],
+                 on_registered: Callable[[int], None] | None = None) -> None:
         assert listeners, "a broker registers at least one listener"
         self.config = config
         self.epochs = epochs
         self.listeners = dict(listeners)  # name -> advertised (host, port), in order
         self.incarnation_id = uuid.uuid4()
         self.on_generation_lost = on_generation_lost
+        self.on_registered = on_registered
         self.heartbeats_total = 0
         self.registrations_total = 0
+        self.reconnects_total = 0  # heartbeat connections found closed and reopened at once
         self._conns: dict[str, Connection] = {}
         self._stopping = asyncio.Event()
 
@@ -74,6 +88,11 @@ class ControllerLink:
             return conn
         host, port = self.config.controller_address
         timeout_ms = self.config.controller_request_timeout_ms
+        if purpose == "heartbeat":
+            # A heartbeat lost on the way must be retried well inside the controller's session,
+            # not after a request timeout as long as the session itself.
+            timeout_ms = min(timeout_ms, max(HEARTBEAT_TIMEOUT_MS_MIN,
+                                             2 * self.config.broker_heartbeat_interval_ms))
         try:
             conn = await Connection(host, port, client_id=f"epochlog-broker-{purpose}",
                                     request_timeout_ms=timeout_ms,
@@ -128,35 +147,67 @@ class ControllerLink:
                 raise RuntimeError(f"the controller refused our registration: "
                                    f"{name_of(answer.error_code)}")
             self.registrations_total += 1
-            self.epochs.observe_generation(answer.broker_epoch, "registered")
+            self.epochs.registration_answered(answer.broker_epoch)
+            if self.on_registered is not None:
+                self.on_registered(answer.broker_epoch)
             return answer.broker_epoch
         return -1
 
     # ---------------------------------------------------------------------------- heartbeats
     async def run(self) -> None:
-        """Heartbeat until close(); re-register whenever the generation is over."""
-        interval_s = self.config.broker_heartbeat_interval_ms / 1000
+        """Heartbeat until close(); at once (bounded backoff) when the heartbeat connection
+        closes or a heartbeat fails; re-register whenever the generation is over."""
+        interval_ms = self.config.broker_heartbeat_interval_ms
+        backoff_ms, wait_ms, failing_since = BACKOFF_MS_MIN, interval_ms, 0
         while not self._stopping.is_set():
-            await self._pause(self.config.broker_heartbeat_interval_ms)
+            if await self._wait_heartbeat_due(wait_ms, watch=not failing_since):
+                self.reconnects_total += 1
+                log.info("broker %d: the connection to the controller closed; reconnecting "
+                         "and heartbeating at once", self.config.broker_id)
             if self._stopping.is_set():
                 return
             try:
                 answer = await self._request("heartbeat", 63, BrokerHeartbeatRequest(
                     broker_id=self.config.broker_id, broker_epoch=self.epochs.generation), 0)
             except ControllerUnavailable as exc:
-                log.debug("heartbeat failed, retrying in %.2fs: %s", interval_s, exc)
+                failing_since += 1
+                if failing_since == 1:
+                    log.warning("broker %d: heartbeat failed, retrying with backoff: %s",
+                                self.config.broker_id, exc)
+                wait_ms = min(backoff_ms, interval_ms)
+                backoff_ms = min(backoff_ms * 2, BACKOFF_MS_MAX)
                 continue
+            if failing_since:
+                log.info("broker %d: heartbeating again after %d failed tries",
+                         self.config.broker_id, failing_since)
+            backoff_ms, wait_ms, failing_since = BACKOFF_MS_MIN, interval_ms, 0
             self.heartbeats_total += 1
             if answer.error_code == ErrorCode.STALE_BROKER_EPOCH:
                 why = f"the controller says generation {self.epochs.generation} is over"
                 log.warning("broker %d: %s (session expired); stop leading, register again",
                             self.config.broker_id, why)
+                self.epochs.generation_over()  # control requests wait for the next answer
                 self.on_generation_lost(why)
                 await self.register()
             elif answer.error_code != 0:
                 log.warning("heartbeat answered %s", name_of(answer.error_code))
 
-    async def _pause(self, ms: int) -> None:
+    async def _wait_heartbeat_due(self, ms: int, watch: bool) -> bool:
+        """Wait ms, or less if close() is called or (watch) the heartbeat connection closes;
+        True in the last case (the heartbeat is due at once). While heartbeats fail the
+        connection is known to be down: no watching, the backoff is the wait."""
+        deadline = asyncio.get_running_loop().time() + ms / 1000
+        while not self._stopping.is_set():
+            conn = self._conns.get("heartbeat")
+            if watch and conn is not None and conn.closed:
+                return True
+            left_ms = (deadline - asyncio.get_running_loop().time()) * 1000
+            if left_ms <= 0:
+                return False
+            await self._pause(min(left_ms, CONNECTION_CHECK_MS))
+        return False
+
+    async def _pause(self, ms: float) -> None:
         try:
             async with asyncio.timeout(ms / 1000):
                 await self._stopping.wait()
@@ -191,6 +242,17 @@ class ControllerLink:
                 await asyncio.sleep(self.config.controlled_shutdown_backoff_ms / 1000)
         log.warning("controlled shutdown gave up after %d tries", attempts)
         return False
+
+    # ---------------------------------------------------------------------------- AlterPartition
+    async def alter_partition(self, request: Message, version_max: int) -> Any:
+        """AlterPartition (isr_task.py) on its own connection, at the highest version both
+        speak up to version_max; the answer. Raises ControllerUnavailable."""
+        conn = await self._connection("isr")
+        try:
+            version = min(conn.version_for(APIS[56]), version_max)
+        except NoCommonVersion as exc:
+            raise ControllerUnavailable(str(exc)) from exc
+        return await self._request("isr", 56, request, version)
 
     # ----------------------------------------------------------------------------- forwarding
     async def forward(self, key: int, version: int | None, message: Message) -> Any:

@@ -13,6 +13,17 @@ Two kinds, both pure functions of numbers so the simulation and the handlers sha
 `ControlEpochs` holds the broker's generation. Two writers raise it (the controller link when a
 registration is answered, a control request that names a newer one) and both only ever take the
 maximum, so neither can undo the other; everything runs on the one event loop.
+
+When a control request may be judged at all (docs/control-plane.md "Before the registration
+answer"): only while the generation is *confirmed*, that is, the controller has answered a
+registration of this process and has not since said the generation is over
+(`registration_answered` / `generation_over`). A request that arrives unconfirmed waits (the
+handlers' job, bounded) and is then judged against the confirmed generation. Why: before our first
+registration answer our generation is -1, and a request meant for the previous process's
+generation names a broker epoch above -1; admitting it as "newer than ours" made a delta
+LeaderAndIsr of the dead process the first LeaderAndIsr of ours, and `forget_unlisted` deleted
+partitions it did not list (simulation seeds 3, 847, 923). Once confirmed, a broker epoch newer
+than ours still means a registration answer of ours is on its way, and is adopted.
 """
 
 from __future__ import annotations
@@ -32,7 +43,27 @@ class ControlEpochs:
         self.generation = NO_EPOCH  # our broker epoch; -1 until the first registration
         self.controller_epoch = NO_EPOCH  # the highest controller epoch accepted
         self.controller_id = NO_EPOCH
+        # The controller answered a registration of this process with `generation` and has not
+        # since said it is over: control requests may be judged (see the module docstring).
+        self.confirmed = False
         self.refused: dict[str, int] = {}  # "STALE_BROKER_EPOCH" -> count, for metrics
+        self.held_total = 0  # control requests that waited for a registration answer
+        self.unanswered_total = 0  # ... and were left unanswered: none came within the bound
+
+    def registration_answered(self, broker_epoch: int) -> None:
+        """The controller gave this process the generation broker_epoch: confirmed."""
+        self.observe_generation(broker_epoch, "registered")
+        self.confirmed = True
+
+    def generation_over(self) -> None:
+        """The controller said our generation is over (a heartbeat answered
+        STALE_BROKER_EPOCH): control requests wait again until the next registration answer."""
+        self.confirmed = False
+
+    def must_wait(self) -> bool:
+        """Whether a control request arriving now must wait for a registration answer before
+        `admit` may judge it."""
+        return not self.confirmed
 
     def observe_generation(self, broker_epoch: int, why: str) -> bool:
         """Adopt broker_epoch if it is newer; True (and one log line) when it was."""
@@ -45,7 +76,8 @@ class ControlEpochs:
     def admit(self, what: str, controller_id: int, controller_epoch: int,
               broker_epoch: int) -> int:
         """0 to apply the control request, else the top-level error to answer (and do nothing).
-        A broker epoch newer than ours means our registration answer is still on its way."""
+        Call only when not `must_wait()`. A broker epoch newer than our confirmed generation
+        means a registration answer of ours is still on its way."""
         if broker_epoch < self.generation:
             return self._refuse(ErrorCode.STALE_BROKER_EPOCH, what,
                                 f"broker epoch {broker_epoch} is older than our generation "

@@ -12,17 +12,30 @@ carried, and the role follows from it:
                                         epoch cache gets (leader_epoch, log_end_offset));
                                         followers' progress is forgotten
     another broker          FOLLOWER    waiters are woken (they are no longer served here);
-                                        the replication issue's fetcher takes it from here
+                                        follower.SourceFetcher takes it from here: it
+                                        truncates by epoch, appends the leader's batches and
+                                        keeps our high watermark in log.high_watermark (min of
+                                        the leader's and our log end)
     -1                      OFFLINE     nothing is served
 
 A state is applied only when its leader epoch is newer, or equal with a newer partition epoch (an
 ISR change); otherwise `apply` returns False and nothing changes (the handler answers
 STALE_CONTROLLER_EPOCH for that partition, as Kafka does).
 
-High watermark (leader only): the smallest log end offset among ISR members, the leader's own
-included; followers report theirs through `update_follower` (the replication issue's fetch path).
-With an ISR of the leader alone the high watermark is the log end, so replication factor 1 needs no
-followers. It never moves back.
+High watermark (leader only): the smallest log end offset among the members of the *maximal* ISR,
+the leader's own included; followers report theirs through `update_follower` (the fetch path).
+The maximal ISR is the ISR plus the members of an AlterPartition still in flight
+(`proposed_isr`, set by isr.IsrManager): Kafka's rule, because the controller may already have
+accepted an expansion whose answer has not arrived, and a replica the controller counts as in sync
+must hold everything committed. With an ISR of the leader alone the high watermark is the log end,
+so replication factor 1 needs no followers. It never moves back.
+
+Caught up (Kafka's lastCaughtUpTimeMs): a fetch at offset >= the leader's log end now makes the
+follower caught up now; a fetch at offset >= the leader's log end as of its previous fetch makes it
+caught up as of that previous fetch. So a follower that keeps up with steady appends (it always
+asks for what existed at its last fetch) stays caught up, and one that falls behind stops being
+caught up at its last good fetch. `lagging_followers` are ISR members not caught up for
+replica_lag_time_max_ms whose log end is not the leader's (isr.py shrinks the ISR by them).
 
 The clock is injected (ms) and the storage `Log` is synchronous, so a simulation can drive this
 class without an event loop. Callers wake waiting requests (purgatories) when a method returns
@@ -77,6 +90,10 @@ class FollowerProgress:
     log_end_offset: int = -1
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
+    last_fetch_leader_log_end_offset: int = -1  # the leader's log end at the previous fetch
+    # The high watermark our last fetch answer told it (handlers/fetch.py: a follower that has
+    # not been told the current one is answered at once, not after max wait; KIP-392).
+    high_watermark_sent: int = -1
 
 
 @dataclass(eq=False)
@@ -91,6 +108,16 @@ class Partition:
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     # The topic's min.insync.replicas (topic_configs.py), for acks=all writes to enforce.
     min_insync_replicas: int = 1
+    # Follower only: the leader's high watermark as its last fetch answer gave it, which may be
+    # above our log end (the log's own is capped there). The fetcher sets it; handlers/fetch.py
+    # tells KIP-392's "known committed, not yet held here" (OFFSET_NOT_AVAILABLE) by it.
+    leader_high_watermark: int = -1
+    # The ISR of an AlterPartition in flight (isr.IsrManager); None when there is none.
+    proposed_isr: tuple[int, ...] | None = None
+    # Where our leader epoch began (the log end when we became leader); -1 when not leading.
+    leader_epoch_start_offset: int = -1
+    # Called when a follower outside the ISR may now join it (the ISR task wakes early).
+    on_isr_candidate: Callable[[Partition], None] | None = None
 
     def __repr__(self) -> str:
         return f"Partition({self.name}, {self.role.value}, epoch {self.leader_epoch})"
@@ -128,6 +155,13 @@ class Partition:
     def isr(self) -> tuple[int, ...]:
         return self.state.isr if self.state else ()
 
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR plus the members of an AlterPartition in flight (high watermark, acks)."""
+        if self.proposed_isr is None:
+            return self.isr
+        return self.isr + tuple(r for r in self.proposed_isr if r not in self.isr)
+
     def fence(self, current_leader_epoch: int) -> int:
         """KIP-320/KIP-359: 0, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
         return leader_epoch_error(current_leader_epoch, self.leader_epoch)
@@ -144,6 +178,7 @@ class Partition:
             return False
         old_role, old_epoch = self.role, self.leader_epoch
         self.state = new
+        self.proposed_isr = None  # the controller's word replaces any proposal in flight
         if new.leader == self.broker_id:
             self._become_leader(old_role, old_epoch)
         elif new.leader == NO_LEADER:
@@ -158,6 +193,7 @@ class Partition:
         epoch = self.state.leader_epoch
         if old_role is not Role.LEADER or old_epoch != epoch:
             self.log.begin_leader_epoch(epoch)
+            self.leader_epoch_start_offset = self.log_end_offset
             now = self.clock()  # a follower's lag counts from when we began to lead
             self.followers = {r: FollowerProgress(last_caught_up_ms=now)
                               for r in self.state.replicas if r != self.broker_id}
@@ -174,6 +210,7 @@ class Partition:
         assert self.state is not None
         self.role = Role.FOLLOWER
         self.followers = {}
+        self.leader_epoch_start_offset = -1
         log.info("%s: became FOLLOWER of %d at leader epoch %d (was %s), log end %d",
                  self.name, self.state.leader, self.state.leader_epoch, old_role.value,
                  self.log_end_offset)
@@ -196,24 +233,52 @@ class Partition:
         self.maybe_advance_high_watermark()
         return info
 
-    def update_follower(self, replica_id: int, log_end_offset: int) -> bool:
+    def update_follower(self, replica_id: int, log_end_offset: int,
+                        last_fetched_epoch: int = -1) -> bool:
         """A follower fetched from log_end_offset (so holds everything before it). True if the
-        high watermark moved."""
+        high watermark moved. A fetch past our log end, or one whose last fetched epoch
+        diverges from ours (it will truncate first), says nothing about what it holds of our
+        log and is ignored, as Kafka does."""
         progress = self.followers.get(replica_id)
         if progress is None or self.role is not Role.LEADER:
             return False
+        leader_end = self.log_end_offset
+        if log_end_offset > leader_end or self._diverges(last_fetched_epoch, log_end_offset):
+            return False
         now = self.clock()
+        if log_end_offset >= leader_end:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, now)
+        elif log_end_offset >= progress.last_fetch_leader_log_end_offset >= 0:
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
         progress.log_end_offset = log_end_offset
         progress.last_fetch_ms = now
-        if log_end_offset >= self.log_end_offset:
-            progress.last_caught_up_ms = now
+        progress.last_fetch_leader_log_end_offset = leader_end
+        if self.on_isr_candidate is not None and self.may_join_isr(replica_id):
+            self.on_isr_candidate(self)
         return self.maybe_advance_high_watermark()
+
+    def _diverges(self, last_fetched_epoch: int, fetch_offset: int) -> bool:
+        if last_fetched_epoch < 0:
+            return False
+        epoch, end = self.log.end_offset_for_epoch(last_fetched_epoch)
+        return epoch != last_fetched_epoch or end < fetch_offset
+
+    def may_join_isr(self, replica_id: int) -> bool:
+        """Kafka's isFollowerInSync for a replica outside the ISR: it holds everything up to
+        the high watermark and has reached our current leader epoch (so its log is ours up to
+        there). Liveness and backoff are the ISR manager's to check."""
+        progress = self.followers.get(replica_id)
+        if (progress is None or self.role is not Role.LEADER or replica_id in self.isr
+                or self.proposed_isr is not None):
+            return False
+        return (progress.log_end_offset >= self.high_watermark
+                and progress.log_end_offset >= self.leader_epoch_start_offset >= 0)
 
     def maybe_advance_high_watermark(self) -> bool:
         if self.role is not Role.LEADER or self.state is None:
             return False
         ends = [self.log_end_offset]
-        for member in self.state.isr:
+        for member in self.maximal_isr:
             if member != self.broker_id:
                 progress = self.followers.get(member)
                 ends.append(progress.log_end_offset if progress else -1)
@@ -224,7 +289,11 @@ class Partition:
         return True
 
     def lagging_followers(self, lag_ms_max: int) -> Sequence[int]:
-        """ISR members that have not caught up for lag_ms_max (for ISR shrinking, later)."""
+        """ISR members out of sync (Kafka's isCaughtUp negated): not caught up for lag_ms_max
+        and not at our log end. A member we have no progress for counts from when we began
+        to lead."""
         now = self.clock()
+        end = self.log_end_offset
         return [r for r in self.isr if r != self.broker_id and r in self.followers
+                and self.followers[r].log_end_offset != end
                 and now - self.followers[r].last_caught_up_ms > lag_ms_max]

@@ -12,6 +12,8 @@ Rules (docs/control-plane.md):
   was deleted while we were away): stop serving it and delete it.
 - StopReplica refuses a partition whose leader epoch is below ours (FENCED_LEADER_EPOCH; -1 and -2
   skip the check), else stops serving it and deletes it if asked.
+- Every applied state and every removal is told to `partition_listeners` (the broker's replica
+  fetchers, fetcher.py): a follower is fetched from its leader, anything else is not.
 - Topic settings (topic_configs.py): before a LeaderAndIsr opens a partition of a topic we have
   no settings for (or one just created), `load_topic_settings` asks the controller for them; the
   log is then created, or an existing one reconfigured, with them, and the partition keeps the
@@ -38,6 +40,7 @@ from .topic_configs import Fetch, TopicConfigs
 log = logging.getLogger("epochlog.broker")
 
 TopicPartition = tuple[str, int]
+PartitionListener = Callable[[str, int, "Partition | None"], None]
 NO_EPOCH_CHECK = (-1, -2)  # StopReplica leader epochs that skip the check
 
 
@@ -53,6 +56,11 @@ class ReplicaManager:
         self.fetch_purgatory = Purgatory("fetch", fetch_waiters_max)
         self.synced_at: tuple[int, int] | None = None  # (generation, controller epoch) of the
         # last full LeaderAndIsr applied
+        # Given to every partition opened: wakes the ISR task when a follower may join the ISR.
+        self.on_isr_candidate: Callable[[Partition], None] | None = None
+        # Told of every partition whose state was applied (the partition) or that is gone
+        # (None): the replica fetchers (fetcher.py, or a simulation's) follow or stop.
+        self.partition_listeners: list[PartitionListener] = []
         for each in logs.logs.values():
             each.auto_flush = False
 
@@ -92,7 +100,12 @@ class ReplicaManager:
             return ErrorCode.STALE_CONTROLLER_EPOCH
         partition.apply(state)
         self.poke((topic, index))
+        self._tell(topic, index, partition)
         return 0
+
+    def _tell(self, topic: str, index: int, partition: Partition | None) -> None:
+        for listener in self.partition_listeners:
+            listener(topic, index, partition)
 
     def _open(self, topic: str, index: int, is_new: bool) -> Partition:
         existing = self.logs.get(topic, index)
@@ -105,7 +118,8 @@ class ReplicaManager:
         self.logs.reconfigure(topic, index, settings.log)  # a log opened at start: defaults
         opened.auto_flush = False
         partition = Partition(topic, index, self.broker_id, opened, self.clock,
-                              min_insync_replicas=settings.min_insync_replicas)
+                              min_insync_replicas=settings.min_insync_replicas,
+                              on_isr_candidate=self.on_isr_candidate)
         self.partitions[(topic, index)] = partition
         return partition
 
@@ -144,6 +158,7 @@ class ReplicaManager:
         if partition is not None:
             partition.role = Role.OFFLINE
             self.poke((topic, index))
+        self._tell(topic, index, None)  # before a delete: no fetcher may touch the log after
         if delete:
             self.logs.delete_log(topic, index)
             if not any(t == topic for t, _ in [*self.partitions, *self.logs.logs]):

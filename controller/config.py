@@ -35,6 +35,9 @@ class ControllerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
     cluster_id: str = "epochlog"
     # A broker missing heartbeats this long is dead. Brokers heartbeat every ~1/4 of it.
     broker_session_timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=3_600_000)] = 9000
+    # When the connection a broker heartbeats on closes (a killed process's close at once), its
+    # generation fails unless it heartbeats again (on a new connection) within this long.
+    broker_connection_loss_grace_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] = 500
     frame_bytes_max: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 8 << 20
     # Per broker: control requests waiting to be sent; past it the queue is replaced by full state.
     queue_requests_max: Annotated[int, msgspec.Meta(ge=8)] = 1000
@@ -50,6 +53,10 @@ class ControllerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
     default_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 1 << 30
     default_segment_ms: Positive = 7 * MS_PER_DAY
     default_unclean_leader_election_enable: bool = False
+    # Kafka's automatic preferred-leader rebalancing (controller/rebalance.py), same names.
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_per_broker_percentage: Annotated[int, msgspec.Meta(ge=0, le=100)] = 10
+    leader_imbalance_check_interval_seconds: Annotated[int, msgspec.Meta(ge=1, le=86_400)] = 300
 
     def __post_init__(self) -> None:
         parse_host_port(self.listen, "listen")

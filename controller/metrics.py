@@ -49,6 +49,14 @@ class ControllerCollector:
                 ("registrations", "Broker registrations (new generations)."),
                 ("bounces", "Registrations that found the old generation still live."),
                 ("sessions_expired", "Broker sessions that expired."),
+                ("connection_losses",
+                 "Broker heartbeat connections that closed while their generation lived (each "
+                 "gets broker_connection_loss_grace_ms to heartbeat again)."),
+                ("connection_loss_failures",
+                 "Broker generations failed because their heartbeat connection closed and no "
+                 "heartbeat came within the grace."),
+                ("rebalance_elections",
+                 "Preferred elections made by the automatic leader rebalance."),
                 ("stale_broker_epoch_refused",
                  "Requests the controller refused as STALE_BROKER_EPOCH (fenced).")):
             yield CounterMetricFamily(f"epochlog_controller_{name}", help_text,

@@ -8,12 +8,17 @@ Rules:
 - Requests on one connection are answered in order: each is handled to completion (decided,
   persisted, answered) before the next frame is read from the buffer.
 - Bad input closes only its own connection; the server keeps serving everyone else.
+- Broker sessions: an accepted BrokerRegistration or BrokerHeartbeat tells the service which
+  connection that broker generation heartbeats on; when a connection closes (other than by our
+  own close()), the service is told, and generations heartbeating on it get only the
+  connection-loss grace (docs/control-plane.md "BrokerHeartbeat").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from protocol.api import Api
 from protocol.errors import ProtocolError
@@ -29,6 +34,7 @@ log = logging.getLogger("epochlog.controller")
 
 READ_BYTES_MAX = 64 * 1024
 API_VERSIONS_KEY = 18
+BROKER_REGISTRATION_KEY, BROKER_HEARTBEAT_KEY = 62, 63
 
 
 class BadRequest(Exception):
@@ -42,6 +48,7 @@ class ControlServer:
         self.server: asyncio.Server | None = None
         self.connections_closed_for_bad_input = 0
         self._writers: set[asyncio.StreamWriter] = set()
+        self._closing = False  # close() called: connections closing now are ours, not losses
 
     async def listen(self, host: str, port: int) -> tuple[str, int]:
         self.server = await asyncio.start_server(self._serve, host, port, reuse_address=True)
@@ -49,6 +56,7 @@ class ControlServer:
         return bound[0], bound[1]
 
     async def close(self) -> None:
+        self._closing = True
         if self.server is not None:
             self.server.close()
             for writer in list(self._writers):
@@ -65,7 +73,7 @@ class ControlServer:
                 if not data:
                     break
                 for request in frames.feed(data):
-                    writer.write(self._answer(request))
+                    writer.write(self._answer(request, writer))
                 await writer.drain()
         except (ProtocolError, BadRequest) as exc:
             self.connections_closed_for_bad_input += 1
@@ -79,8 +87,10 @@ class ControlServer:
         finally:
             self._writers.discard(writer)
             writer.close()
+            if not self._closing:
+                self.service.connection_closed(writer)
 
-    def _answer(self, request: bytes) -> bytes:
+    def _answer(self, request: bytes, conn: object) -> bytes:
         key, version, correlation_id = peek_request_header(request)
         served = HANDLERS.get(key)
         if served is None:
@@ -98,7 +108,15 @@ class ControlServer:
             answer = api_versions_response()
         else:
             answer = self.service.handle(served.handle, message, version)
+            self._note_session(key, message, answer, conn)
         return self._encode(api, version, correlation_id, answer)
+
+    def _note_session(self, key: int, message: Any, answer: Any, conn: object) -> None:
+        """An accepted registration or heartbeat: conn is that generation's connection now."""
+        if key == BROKER_REGISTRATION_KEY and answer.error_code == 0:
+            self.service.session_connection(conn, message.broker_id, answer.broker_epoch)
+        elif key == BROKER_HEARTBEAT_KEY and answer.error_code == 0:
+            self.service.session_connection(conn, message.broker_id, message.broker_epoch)
 
     @staticmethod
     def _encode(api: Api, version: int, correlation_id: int, answer: object) -> bytes:

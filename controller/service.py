@@ -5,7 +5,11 @@ persist, send, answer), so there are no locks. The metadata log's fsync runs on 
 purpose: a controller decision is rare and small, and nothing may be answered before it is durable.
 
 Theory of operation: `start()` replays the metadata log into a `ControllerState`, lets it start a
-new controller epoch, commits, then opens the server and the session-expiry timer. Every request
+new controller epoch, commits, then opens the server and the timer (session expiry, and the
+leader rebalance, whose interval the state keeps). The timer wakes at the earliest session
+deadline (at most every tick), and at once when the server reports that the connection a
+generation heartbeats on closed (`session_connection` / `connection_closed`: the state brings that
+generation's deadline forward to the connection-loss grace). Every request
 and every timer tick ends in `_commit()`, which takes the state's Ready and enforces the rule:
 
     PERSIST BEFORE YOU SEND: ready.records are appended and fsynced first; only then are
@@ -33,6 +37,7 @@ from .state import ControllerState
 log = logging.getLogger("epochlog.controller")
 
 EXPIRY_CHECK_MS_MIN, EXPIRY_CHECK_MS_MAX = 10, 500
+ConnectionKey = object  # the server's token for one client connection
 
 
 def monotonic_ms() -> int:
@@ -55,12 +60,21 @@ class ControllerService:
             topic_defaults=config.topic_defaults(),
             default_num_partitions=config.default_num_partitions,
             default_replication_factor=config.default_replication_factor,
-            cluster_id=config.cluster_id, rng=rng)
+            cluster_id=config.cluster_id, rng=rng,
+            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
+            leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
+            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds
+            * 1000, connection_loss_grace_ms=config.broker_connection_loss_grace_ms)
         self.metalog: MetadataLog | None = None
         self.senders: dict[int, BrokerSender] = {}
         self.answers: Counter[str] = Counter()  # broker answers by error name, for metrics
         self.fatal = asyncio.Event()
         self._timer: asyncio.Task[None] | None = None
+        self._timer_wake = asyncio.Event()
+        # Which connection each broker's generation last registered or heartbeated on, and the
+        # reverse: connection -> {broker id: broker epoch} (a tool may register several).
+        self._session_conn: dict[int, ConnectionKey] = {}
+        self._conn_sessions: dict[ConnectionKey, dict[int, int]] = {}
 
     async def start(self) -> int:
         """Replay, start a new controller epoch, commit it; returns the controller epoch."""
@@ -82,6 +96,22 @@ class ControllerService:
         finally:
             self._commit()  # whatever was decided (even before a bug raised) is made durable
         return answer
+
+    def session_connection(self, conn: ConnectionKey, broker_id: int, broker_epoch: int) -> None:
+        """A registration or heartbeat of generation broker_epoch was accepted on conn."""
+        old = self._session_conn.get(broker_id)
+        if old is not None and old is not conn:
+            self._conn_sessions.get(old, {}).pop(broker_id, None)
+        self._session_conn[broker_id] = conn
+        self._conn_sessions.setdefault(conn, {})[broker_id] = broker_epoch
+
+    def connection_closed(self, conn: ConnectionKey) -> None:
+        """conn closed: each generation whose heartbeat connection it was gets the grace."""
+        for broker_id, broker_epoch in self._conn_sessions.pop(conn, {}).items():
+            if self._session_conn.get(broker_id) is conn:
+                del self._session_conn[broker_id]
+                if self.state.connection_lost(broker_id, broker_epoch, self.clock_ms()):
+                    self._timer_wake.set()
 
     def _commit(self) -> None:
         ready = self.state.take_ready()
@@ -127,11 +157,20 @@ class ControllerService:
         self.answers[name_of(error) if error else "NONE"] += 1
 
     async def _expire_loop(self) -> None:
-        interval_ms = min(max(self.config.broker_session_timeout_ms // 10, EXPIRY_CHECK_MS_MIN),
-                          EXPIRY_CHECK_MS_MAX)
+        tick_ms = min(max(self.config.broker_session_timeout_ms // 10, EXPIRY_CHECK_MS_MIN),
+                      EXPIRY_CHECK_MS_MAX)
         while True:
-            await asyncio.sleep(interval_ms / 1000)
+            due_ms = self.state.next_session_deadline_ms()
+            wait_ms = tick_ms if due_ms is None else \
+                min(max(due_ms - self.clock_ms(), EXPIRY_CHECK_MS_MIN), tick_ms)
+            try:
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._timer_wake.wait()
+            except TimeoutError:
+                pass
+            self._timer_wake.clear()
             self.state.expire_sessions(self.clock_ms())
+            self.state.rebalance_leaders(self.clock_ms())  # decides its own interval
             self._commit()
 
     async def stop(self) -> None:

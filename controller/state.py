@@ -25,6 +25,13 @@ start-up; one while the old generation is still live, from a new process (anothe
 is a bounce: the old generation fails first (its leaderships are re-elected from the ISR and it
 leaves ISRs), then the new one starts up. A session that expires is a failure. KIP-101: a broker
 that leads a partition after its (re)registration always leads it in a new leader epoch.
+
+Connection loss: a killed broker's TCP connections close at once, long before its session would
+expire. When the connection a live generation heartbeats on closes (`connection_lost`, told by the
+service), its session deadline is brought forward to `connection_loss_grace_ms` from then (never
+pushed back): a live broker reconnects and heartbeats within it (which restores a full session);
+a dead one is failed by `expire_sessions` as if its session had expired, logged as a connection
+loss. Volatile, like every session deadline.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ from dataclasses import dataclass, field
 
 from protocol.error_codes import ErrorCode
 
-from . import assignment, outbound, topic_settings
+from . import assignment, outbound, rebalance, topic_settings
 from .model import (ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send,
                     Topic)
 from .records import (BrokerRegistered, BrokerStateChanged, ControllerStarted, Listener,
@@ -88,14 +95,22 @@ class ControllerState:
     def __init__(self, *, controller_id: int = 3000, session_timeout_ms: int = 9000,
                  topic_defaults: Mapping[str, str] | None = None,
                  default_num_partitions: int = 1, default_replication_factor: int = -1,
-                 cluster_id: str = "epochlog", rng: random.Random | None = None) -> None:
+                 cluster_id: str = "epochlog", rng: random.Random | None = None,
+                 auto_leader_rebalance_enable: bool = True,
+                 leader_imbalance_per_broker_percentage: int = 10,
+                 leader_imbalance_check_interval_ms: int = 300_000,
+                 connection_loss_grace_ms: int = 500) -> None:
         self.controller_id = controller_id
         self.session_timeout_ms = session_timeout_ms
+        self.connection_loss_grace_ms = connection_loss_grace_ms
         self.topic_defaults = dict(topic_defaults or {})
         self.default_num_partitions = default_num_partitions
         self.default_replication_factor = default_replication_factor
         self.cluster_id = cluster_id
         self.rng = rng or random.Random()
+        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
+        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
+        self.leader_imbalance_check_interval_ms = leader_imbalance_check_interval_ms
         # Durable state: changed only by apply().
         self.controller_epoch = 0
         self.next_broker_epoch = 1
@@ -106,6 +121,10 @@ class ControllerState:
         self.tombstones: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
         self._records: list[Record] = []
         self._out = _Outbox()
+        self._next_rebalance_ms: int | None = None  # set by the first rebalance_leaders call
+        # broker id -> the generation whose heartbeat connection closed and which has not
+        # heartbeated since (its session deadline is the grace's end)
+        self._connection_lost: dict[int, int] = {}
 
     # ----------------------------------------------------------------------------- applying
     def apply(self, record: Record) -> None:
@@ -169,6 +188,7 @@ class ControllerState:
         """A controller process starts: a new controller epoch, fresh sessions for the live
         generations found in the log, and the whole state to each of them."""
         self._emit(ControllerStarted(self.controller_epoch + 1))
+        self._connection_lost.clear()
         for broker in self.brokers.values():
             if broker.live:
                 broker.session_deadline_ms = now_ms + self.session_timeout_ms
@@ -202,6 +222,7 @@ class ControllerState:
         self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
         broker = self.brokers[broker_id]
         broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        self._connection_lost.pop(broker_id, None)
         self.counters["registrations"] += 1
         log.info("broker %d registered: generation %d, rack %s, listeners %s (control requests "
                  "to %s:%d), incarnation %s: %s", broker_id, epoch, rack,
@@ -215,6 +236,9 @@ class ControllerState:
         if broker is None:
             return HeartbeatResult(error=E.STALE_BROKER_EPOCH)
         broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        if self._connection_lost.pop(broker_id, None) is not None:
+            log.info("broker %d generation %d heartbeats again after its connection closed",
+                     broker_id, broker_epoch)
         if want_shut_down:
             remaining = self._shut_down(broker)
             return HeartbeatResult(is_fenced=True, should_shut_down=not remaining)
@@ -225,11 +249,42 @@ class ControllerState:
         expired = [b for b in self.brokers.values()
                    if b.live and b.session_deadline_ms <= now_ms]
         for broker in sorted(expired, key=lambda b: b.broker_id):
+            if self._connection_lost.pop(broker.broker_id, None) == broker.broker_epoch:
+                log.warning("broker %d generation %d: connection lost, no heartbeat on a new "
+                            "connection within %d ms", broker.broker_id, broker.broker_epoch,
+                            self.connection_loss_grace_ms)
+                self.counters["connection_loss_failures"] += 1
+                self._fail_generation(broker, "connection lost")
+                continue
             log.warning("broker %d generation %d: session expired (%d ms without heartbeat)",
                         broker.broker_id, broker.broker_epoch, self.session_timeout_ms)
             self.counters["sessions_expired"] += 1
             self._fail_generation(broker, "session expired")
         return [b.broker_id for b in expired]
+
+    def connection_lost(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
+        """The connection generation broker_epoch of broker_id heartbeats on closed: unless it
+        heartbeats again within connection_loss_grace_ms, expire_sessions fails it. True when
+        that shortened its session (a live generation, whose deadline was later)."""
+        broker = self.brokers.get(broker_id)
+        if broker is None or not broker.live or broker.broker_epoch != broker_epoch:
+            return False
+        deadline_ms = now_ms + self.connection_loss_grace_ms
+        if deadline_ms >= broker.session_deadline_ms:
+            return False
+        broker.session_deadline_ms = deadline_ms
+        self._connection_lost[broker_id] = broker_epoch
+        self.counters["connection_losses"] += 1
+        log.info("broker %d generation %d: its heartbeat connection closed; failed in %d ms "
+                 "unless it heartbeats again", broker_id, broker_epoch,
+                 self.connection_loss_grace_ms)
+        return True
+
+    def next_session_deadline_ms(self) -> int | None:
+        """The earliest session deadline of a live generation (None: no live generation), so
+        that a timer can run expire_sessions when it is due."""
+        return min((b.session_deadline_ms for b in self.brokers.values() if b.live),
+                   default=None)
 
     def controlled_shutdown(self, broker_id: int, broker_epoch: int, now_ms: int
                             ) -> tuple[int, list[tuple[str, int]]]:
@@ -240,6 +295,7 @@ class ControllerState:
         if broker is None:
             return E.STALE_BROKER_EPOCH, []
         broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        self._connection_lost.pop(broker_id, None)  # alive after all: a full session
         return 0, self._shut_down(broker)
 
     def check_generation(self, broker_id: int, broker_epoch: int, what: str) -> int:
@@ -361,15 +417,7 @@ class ControllerState:
         if topic is None or p is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, "no such topic or partition"
         if election_type == ELECTION_PREFERRED:
-            preferred = p.replicas[0]
-            if p.leader == preferred:
-                return E.ELECTION_NOT_NEEDED, "the preferred replica already leads"
-            if preferred not in p.isr or not self._eligible(preferred):
-                return E.PREFERRED_LEADER_NOT_AVAILABLE, \
-                    f"preferred replica {preferred} is not alive and in the ISR"
-            self.counters["elections_preferred"] += 1
-            self._change(topic, index, preferred, p.isr, "preferred leader election")
-            return 0, None
+            return self._elect_preferred(topic, index, p, "preferred leader election (admin)")
         if election_type == ELECTION_UNCLEAN:
             if p.leader != NO_LEADER and self._eligible(p.leader):
                 return E.ELECTION_NOT_NEEDED, "the partition has a live leader"
@@ -386,6 +434,49 @@ class ControllerState:
                          self._isr_with_leader(p, new, None), "admin election")
             return 0, None
         return E.INVALID_REQUEST, f"unknown election type {election_type}"
+
+    def _elect_preferred(self, topic: Topic, index: int, p: Partition, reason: str
+                         ) -> tuple[int, str | None]:
+        """Hand leadership to the first replica of the assignment, if it is alive and in the
+        ISR (so nothing committed can be lost); the ISR stays as it is."""
+        preferred = p.replicas[0]
+        if p.leader == preferred:
+            return E.ELECTION_NOT_NEEDED, "the preferred replica already leads"
+        if preferred not in p.isr or not self._eligible(preferred):
+            return E.PREFERRED_LEADER_NOT_AVAILABLE, \
+                f"preferred replica {preferred} is not alive and in the ISR"
+        self.counters["elections_preferred"] += 1
+        self._change(topic, index, preferred, p.isr, reason)
+        return 0, None
+
+    def rebalance_leaders(self, now_ms: int) -> list[tuple[str, int]]:
+        """Kafka's auto leader rebalance (rebalance.py), at most once per check interval (the
+        first check one interval after the first call). The partitions whose leadership moved
+        back to their preferred replica."""
+        if not self.auto_leader_rebalance_enable:
+            return []
+        if self._next_rebalance_ms is None:
+            self._next_rebalance_ms = now_ms + self.leader_imbalance_check_interval_ms
+        if now_ms < self._next_rebalance_ms:
+            return []
+        self._next_rebalance_ms = now_ms + self.leader_imbalance_check_interval_ms
+        over = rebalance.over_threshold(self.topics, self.leader_imbalance_per_broker_percentage)
+        moved = []
+        for name, index in rebalance.candidates(self.topics, set(over)):
+            topic = self.topics[name]
+            p = topic.partitions[index]
+            total, not_led = over[p.replicas[0]]
+            error, _ = self._elect_preferred(
+                topic, index, p, f"leader rebalance: broker {p.replicas[0]} leads "
+                f"{total - not_led} of the {total} partitions it is preferred for, imbalance "
+                f"above {self.leader_imbalance_per_broker_percentage}%")
+            if error == 0:
+                moved.append((name, index))
+        if moved:
+            self.counters["rebalance_elections"] += len(moved)
+            log.info("leader rebalance moved %d partitions back to their preferred replica",
+                     len(moved))
+        return moved
 
     # -------------------------------------------------------------------------- AlterPartition
     def alter_partition(self, broker_id: int, topic_name: str, index: int, leader_epoch: int,
@@ -666,7 +757,8 @@ class ControllerState:
 
     def _um_send(self, broker: Broker, items: list[outbound.UmItem]) -> Send:
         msg = outbound.update_metadata(self.controller_id, self.controller_epoch,
-                                       broker.broker_epoch, items, self.brokers)
+                                       broker.broker_epoch, items, self.brokers,
+                                       {name: t.topic_id for name, t in self.topics.items()})
         return Send(broker.broker_id, broker.broker_epoch, outbound.UPDATE_METADATA_KEY,
                     outbound.UPDATE_METADATA_VERSION, msg)
 

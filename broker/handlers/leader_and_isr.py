@@ -1,7 +1,11 @@
 """LeaderAndIsr (key 4), versions 2-4. Controller to broker.
 
 v2 carries broker_epoch (KIP-380); v3 adds adding/removing replicas (not used: no reassignment);
-v4 is flexible and is what the controller sends. Fenced first (fencing.ControlEpochs.admit):
+v4 is flexible and is what the controller sends. Before anything, a request that arrives before
+the controller has confirmed our generation (no registration answer yet, or the last generation
+declared over) waits for that answer, bounded (app.control_request_ready; unanswered if none
+comes, so the controller resends it): a LeaderAndIsr meant for our previous process must be judged
+against our own generation, never adopted as it. Then fenced (fencing.ControlEpochs.admit):
 an older broker epoch is STALE_BROKER_EPOCH, so the first LeaderAndIsr a restarted broker
 processes can never be one sent before it started; an older controller epoch is
 STALE_CONTROLLER_EPOCH; either way nothing is applied.
@@ -28,12 +32,16 @@ from . import register
 log = logging.getLogger("epochlog.broker")
 
 
-async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse | None:
     app = ctx.app
+    if not await app.control_request_ready("LeaderAndIsr"):
+        return None  # no generation to judge it against: unanswered, the controller resends
     # Settings first: fencing and applying must see the same epochs, with no await between.
     await app.replicas.load_topic_settings(
         [((t.topic_name, ps.partition_index), ps.is_new)
          for t in request.topic_states for ps in t.partition_states], app.controller.forward)
+    if not await app.control_request_ready("LeaderAndIsr"):  # our generation ended meanwhile
+        return None
     error = app.epochs.admit("LeaderAndIsr", request.controller_id, request.controller_epoch,
                              request.broker_epoch)
     if error:

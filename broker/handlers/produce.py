@@ -19,6 +19,17 @@ high watermark passes the last batch (the produce purgatory, woken when it moves
 timeout_ms with REQUEST_TIMED_OUT; a partition that lost its leadership meanwhile answers
 NOT_LEADER_OR_FOLLOWER. Anything else is INVALID_REQUIRED_ACKS. Transactions are not supported:
 a request naming a transactional id is refused with INVALID_REQUEST.
+
+min.insync.replicas (the topic's, Kafka's exact rules; acks 0 and 1 are unaffected):
+- before appending, acks=all with an ISR (the one we hold, not counting a proposal in flight)
+  smaller than min.insync.replicas -> NOT_ENOUGH_REPLICAS, nothing appended;
+- once the high watermark passes the batch, a maximal ISR (isr.py: held plus proposed members)
+  smaller than min.insync.replicas -> NOT_ENOUGH_REPLICAS_AFTER_APPEND: the ISR shrank while the
+  request waited, the records are in the log but fewer replicas than asked for hold them.
+
+The decisions are plain functions a simulation calls without an event loop: `append` (one
+partition, returns what to wait for) and `replication_error` (None while still waiting); the
+handler adds only the wait.
 """
 
 from __future__ import annotations
@@ -67,14 +78,20 @@ def _check_batches(records: bytes | None, bytes_max: int) -> None:
         pos += header.size
 
 
-def _append(app: Any, topic: str, data: PartitionProduceData
-            ) -> tuple[PartitionProduceResponse, Partition | None, int]:
-    """The answer for one partition, and (partition, last offset) to wait for under acks=all."""
+def append(app: Any, topic: str, data: PartitionProduceData, acks: int
+           ) -> tuple[PartitionProduceResponse, Partition | None, int]:
+    """The answer for one partition, and (partition, last offset) to wait for under acks=all
+    (partition None: nothing to wait for)."""
     answer = PartitionProduceResponse(index=data.index)
     partition, answer.error_code = leader(app, topic, data.index, data.current_leader_epoch)
     if partition is None:
         if answer.error_code == E.UNKNOWN_TOPIC_OR_PARTITION:
             app.auto_create_soon(topic)
+        return answer, None, -1
+    if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
+        answer.error_code = E.NOT_ENOUGH_REPLICAS
+        answer.error_message = (f"{partition.name}: ISR {list(partition.isr)} has fewer than "
+                                f"min.insync.replicas={partition.min_insync_replicas} members")
         return answer, None, -1
     try:
         _check_batches(data.records, app.config.message_max_bytes)
@@ -107,7 +124,7 @@ async def handle(ctx: Any, request: ProduceRequest) -> ProduceResponse | None:
             if refuse:
                 answers.append(PartitionProduceResponse(index=data.index, error_code=refuse))
                 continue
-            answer, partition, last_offset = _append(app, topic.name, data)
+            answer, partition, last_offset = append(app, topic.name, data, request.acks)
             answers.append(answer)
             if partition is not None:
                 waits.append((answer, partition, partition.leader_epoch, last_offset))
@@ -124,20 +141,29 @@ def _still_leading(app: Any, partition: Partition, epoch: int) -> bool:
             and partition.is_leader and partition.leader_epoch == epoch)
 
 
+def replication_error(app: Any, partition: Partition, epoch: int, last_offset: int) -> int | None:
+    """acks=all for one appended partition: None while waiting, else the answer's error code
+    (Kafka's checkEnoughReplicasReachOffset)."""
+    leading = _still_leading(app, partition, epoch)
+    if partition.high_watermark > last_offset:
+        # Committed by the ISR, whatever happened to our leadership since; while we lead, the
+        # ISR it was committed by must still be big enough.
+        if leading and len(partition.maximal_isr) < partition.min_insync_replicas:
+            return E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        return 0
+    return None if leading else E.NOT_LEADER_OR_FOLLOWER
+
+
 async def _wait_for_replication(app: Any, waits: list[tuple[PartitionProduceResponse, Partition,
                                                               int, int]], timeout_ms: int) -> None:
     """acks=all: until every appended partition's high watermark passes its last offset."""
-    def settled(p: Partition, epoch: int, last: int) -> bool:
-        return p.high_watermark > last or not _still_leading(app, p, epoch)
-
     await app.replicas.produce_purgatory.wait_until(
         [(p.topic, p.index) for _, p, _, _ in waits],
-        lambda: all(settled(p, epoch, last) for _, p, epoch, last in waits), timeout_ms)
+        lambda: all(replication_error(app, p, epoch, last) is not None
+                    for _, p, epoch, last in waits), timeout_ms)
     for answer, p, epoch, last in waits:
-        if p.high_watermark > last:
-            continue  # committed by the ISR, whatever happened to our leadership since
-        answer.error_code = E.REQUEST_TIMED_OUT if _still_leading(app, p, epoch) \
-            else E.NOT_LEADER_OR_FOLLOWER
+        error = replication_error(app, p, epoch, last)
+        answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
 
 
 register(0, 3, 9, handle)

@@ -1,9 +1,11 @@
 """StopReplica (key 5), versions 1-3. Controller to broker.
 
 v1 carries broker_epoch (KIP-380) and one delete flag for the whole request; v2 is flexible; v3
-(what the controller sends) has per-partition leader epochs and delete flags. Fenced first
-(fencing.ControlEpochs.admit), so a StopReplica meant for our previous generation, arriving after
-a bounce, is refused with STALE_BROKER_EPOCH and changes nothing. Then per partition: a leader
+(what the controller sends) has per-partition leader epochs and delete flags. Held first,
+bounded, until the controller has confirmed our generation (see leader_and_isr.py;
+app.control_request_ready), then fenced (fencing.ControlEpochs.admit), so a StopReplica meant
+for our previous generation, arriving after a bounce (even before our registration answer), is
+refused with STALE_BROKER_EPOCH and changes nothing. Then per partition: a leader
 epoch below ours is FENCED_LEADER_EPOCH (-1 and -2 skip the check; v1-2 carry none); otherwise
 the partition stops being served here, and its folder is deleted when asked.
 """
@@ -26,8 +28,10 @@ def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, in
             for t in request.topics for index in t.partition_indexes]
 
 
-async def handle(ctx: Any, request: StopReplicaRequest) -> StopReplicaResponse:
+async def handle(ctx: Any, request: StopReplicaRequest) -> StopReplicaResponse | None:
     app = ctx.app
+    if not await app.control_request_ready("StopReplica"):
+        return None  # no generation to judge it against: unanswered, the controller resends
     error = app.epochs.admit("StopReplica", request.controller_id, request.controller_epoch,
                              request.broker_epoch)
     if error:

@@ -15,6 +15,7 @@ expired sessions, and the seed's three stale-request scenarios.
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import urllib.request
 
@@ -107,8 +108,11 @@ def test_restart_keeps_data_and_refuses_requests_for_the_old_generation(tmp_path
 
 def test_sigkill_and_quick_restart_is_detected_as_a_bounce(tmp_path) -> None:
     metrics_port = free_port()
+    # A long connection-loss grace: otherwise the killed process's closed connection fails the
+    # old generation within ~0.5 s, before the new process registers (a start-up, not a bounce).
     with Cluster(tmp_path, brokers=2, controller_args=(
-            "--metrics-listen", f"127.0.0.1:{metrics_port}")) as cluster:
+            "--metrics-listen", f"127.0.0.1:{metrics_port}",
+            "--set", "broker_connection_loss_grace_ms=60000")) as cluster:
         cluster.create_topic("crash", partitions=1, replication_factor=1, broker_id=2)
         leader, _ = cluster.leaders("crash")[0]
         b = cluster.broker(leader)
@@ -171,3 +175,226 @@ def test_paused_past_its_session_the_broker_registers_again(tmp_path) -> None:
         b.wait_line(rf"generation {new_generation}: first LeaderAndIsr")
         cluster.wait_leaders("paused", 1)
         produce(b, "paused", [b"back"])
+
+
+# ------------------------------------------------------------------ before the registration answer
+def test_rule_control_requests_wait_until_the_controller_confirms_our_generation() -> None:
+    """The rule (fencing.ControlEpochs): unconfirmed -> wait; then judged against the confirmed
+    generation (older: STALE_BROKER_EPOCH); a generation declared over -> wait again."""
+    from broker.fencing import ControlEpochs
+
+    epochs = ControlEpochs(1)
+    assert epochs.must_wait()  # a new process: generation -1, no registration answer yet
+    epochs.registration_answered(9)
+    assert not epochs.must_wait()
+    # The previous process's generation 8 named by a delayed LeaderAndIsr: refused, not adopted.
+    assert epochs.admit("LeaderAndIsr", CONTROLLER_ID, 1, 8) == E.STALE_BROKER_EPOCH
+    assert epochs.generation == 9
+    epochs.generation_over()  # a heartbeat was answered STALE_BROKER_EPOCH
+    assert epochs.must_wait() and epochs.generation == 9
+    epochs.registration_answered(12)
+    assert epochs.admit("UpdateMetadata", CONTROLLER_ID, 1, 9) == E.STALE_BROKER_EPOCH
+    # Confirmed, a newer epoch still means an answer of ours is on its way (adopted).
+    assert epochs.admit("UpdateMetadata", CONTROLLER_ID, 1, 13) == 0 and epochs.generation == 13
+
+
+async def test_a_held_control_request_goes_on_once_registered_and_is_bounded(tmp_path) -> None:
+    """Broker.control_request_ready, the asyncio side of the rule, without a controller."""
+    import asyncio
+
+    from broker.app import Broker
+    from broker.config import BrokerConfig
+
+    broker = Broker(BrokerConfig(broker_id=1, data_dir=str(tmp_path),
+                                 controller_request_timeout_ms=200))
+    assert await broker.control_request_ready("LeaderAndIsr") is False  # bound: no answer
+    assert broker.epochs.unanswered_total == 1
+    held = asyncio.ensure_future(broker.control_request_ready("LeaderAndIsr"))
+    await asyncio.sleep(0.05)  # let it start waiting (there is no event to await here)
+    assert not held.done()
+    broker.epochs.registration_answered(4)  # what ControllerLink.register does, then
+    broker._registered(4)  # its on_registered hook
+    assert await asyncio.wait_for(held, WAIT_S) is True
+    assert await broker.control_request_ready("UpdateMetadata") is True  # no wait now
+
+
+def test_a_request_for_the_previous_process_before_registration_is_refused(tmp_path) -> None:
+    """Simulation seeds 3/847/923 on real processes: a restarted broker whose registration
+    cannot be answered (controller paused) receives a LeaderAndIsr meant for its previous
+    process's generation, listing none of its partitions. It must wait for its own generation
+    and then refuse it (STALE_BROKER_EPOCH), deleting nothing; before the fix it adopted that
+    generation and deleted both partitions as "not in the first LeaderAndIsr"."""
+    import re
+
+    with Cluster(tmp_path, brokers=1) as cluster:
+        b = cluster.broker(1)
+        cluster.create_topic("kept", partitions=1, replication_factor=1)
+        cluster.create_topic("other", partitions=1, replication_factor=1)
+        produce(b, "kept", [b"acked"])
+        old_generation = b.generation
+        controller_epoch = cluster.controller.epoch
+        b.stop(signal.SIGKILL)
+        ctl = cluster.controller
+        ctl.send_signal(signal.SIGSTOP)  # no registration can be answered now
+        try:
+            b.start()
+            _wait_serving(b)  # it listens before it registers
+            # Listing none of its partitions (as a delta about other partitions, or the whole
+            # state of a broker hosting nothing, would): no topic settings to fetch first.
+            stale = LeaderAndIsrRequest(controller_id=CONTROLLER_ID,
+                                        controller_epoch=controller_epoch,
+                                        broker_epoch=old_generation, topic_states=[])
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:
+                answer = pool.submit(b.call, 4, stale, 4)
+                b.wait_line(r"LeaderAndIsr arrived before our registration answer: held")
+                assert not answer.done(), "answered before the registration"
+                ctl.send_signal(signal.SIGCONT)
+                result = answer.result(WAIT_S)
+        finally:
+            ctl.send_signal(signal.SIGCONT)
+        assert result.error_code == E.STALE_BROKER_EPOCH
+        new_generation = b.wait_started()
+        assert new_generation > old_generation
+        assert b.has_line(f"LeaderAndIsr held until our registration was answered, judged "
+                          f"against generation {new_generation}")
+        assert not any(re.search(rf"generation -1 -> {old_generation}\b", line)
+                       for line in b.lines)
+        cluster.wait_leaders("kept", 1)
+        assert values(b, "kept") == [b"acked"]  # nothing deleted
+        first = b.wait_line(rf"generation {new_generation}: first LeaderAndIsr .*: (\d+) "
+                            r"partitions, leading (\d+), (\d+) deleted")
+        assert first.group(3) == "0"
+
+
+def _wait_serving(b: BrokerChild) -> None:
+    """Until the broker answers ApiVersions (it does before it has registered). Polled: a
+    broker prints no line between opening its listener and its registration answer."""
+    import time
+
+    from protocol.apis.api_versions import ApiVersionsRequest
+
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            call("127.0.0.1", b.port, 18, ApiVersionsRequest(), 0, timeout_s=2.0)
+            return
+        except (OSError, TimeoutError, concurrent.futures.TimeoutError):
+            assert time.monotonic() < deadline, "broker not serving:\n" + "\n".join(b.lines)
+            time.sleep(0.05)
+
+
+# ------------------------------------------------------------------ connection loss (failover)
+def test_a_killed_broker_is_failed_on_its_closed_connection_not_its_session(tmp_path) -> None:
+    """SIGKILL closes the broker's connections at once; with default settings (9 s session)
+    the controller fails its generation as a connection loss after a short grace, and the
+    partition it led moves, rather than waiting out the session."""
+    with Cluster(tmp_path, brokers=2) as cluster:
+        cluster.create_topic("moves", partitions=1, replication_factor=2)
+        leader, epoch = cluster.leaders("moves")[0]
+        generation = cluster.broker(leader).generation
+        mark = len(cluster.controller.lines)
+        cluster.broker(leader).stop(signal.SIGKILL)
+        ctl = cluster.controller
+        ctl.wait_line(rf"broker {leader} generation {generation}: its heartbeat connection "
+                      r"closed", start=mark)
+        ctl.wait_line(rf"broker {leader} generation {generation}: connection lost, no heartbeat "
+                      r"on a new connection within 500 ms", start=mark)
+        ctl.wait_line(rf"moves-0: leader {leader} -> \d+ \(epoch {epoch} -> {epoch + 1}\).*: "
+                      rf"leader {leader} connection lost", start=mark)
+        assert not ctl.has_line("session expired", start=mark)
+
+
+class CuttableProxy:
+    """A TCP forwarder from a local port to the controller whose connections a test can cut, one
+    side at a time (as a network failure may reset the connection towards one peer first)."""
+
+    def __init__(self, target_port: int) -> None:
+        import socket
+        import threading
+
+        self.target_port = target_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self._pairs: list[tuple[socket.socket, socket.socket]] = []  # (broker side, controller)
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                inside, _ = self.listener.accept()
+                outside = socket.create_connection(("127.0.0.1", self.target_port), WAIT_S)
+            except OSError:
+                return  # closed
+            with self._lock:
+                self._pairs.append((inside, outside))
+            for a, b in ((inside, outside), (outside, inside)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src, dst) -> None:
+        """Copy until either side fails; closing is left to cut(), one side at a time."""
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+
+    def cut(self, side: int) -> int:
+        """Close the broker side (0) or the controller side (1) of every connection made so far;
+        how many were cut."""
+        import socket
+
+        with self._lock:
+            socks = [pair[side] for pair in self._pairs]
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+                s.close()
+            except OSError:
+                pass
+        return len(socks)
+
+    def close(self) -> None:
+        self.listener.close()
+        self.cut(0)
+        self.cut(1)
+
+
+def test_a_broker_whose_controller_connection_is_cut_keeps_its_generation(tmp_path) -> None:
+    """The broker reaches the controller through a proxy that cuts its connections: first on
+    the controller's side (the controller gives the generation a grace, 1.5 s here), then on the
+    broker's. The broker notices the close, reconnects and heartbeats at once, so it keeps its
+    generation, although its next heartbeat would only be due 10 s later (a broker that merely
+    waited for it would be failed)."""
+    port = free_port()  # the controller's, known before the cluster starts
+    proxy = CuttableProxy(port)
+    try:
+        cluster = Cluster(tmp_path, brokers=1, controller_args=(
+            "--broker-session-timeout-ms", "40000",
+            "--set", "broker_connection_loss_grace_ms=1500"),
+            broker_args=("--set", "broker_heartbeat_interval_ms=10000"))
+        cluster.controller.port = port  # the controller listens on the port the proxy targets
+        cluster.brokers[1].controller = f"127.0.0.1:{proxy.port}"
+        with cluster:
+            b = cluster.broker(1)
+            generation = b.generation
+            cluster.create_topic("steady", partitions=1, replication_factor=1)
+            ctl = cluster.controller
+            mark, broker_mark = len(ctl.lines), len(b.lines)
+            assert proxy.cut(1) >= 2  # the registration/heartbeat and admin connections
+            ctl.wait_line(rf"broker 1 generation {generation}: its heartbeat connection closed",
+                          start=mark)
+            proxy.cut(0)
+            b.wait_line(r"the connection to the controller closed; reconnecting", broker_mark)
+            found = ctl.wait_line(rf"broker 1 generation {generation} (heartbeats again|is dead)",
+                                  start=mark)
+            assert found.group(1) == "heartbeats again", "\n".join(ctl.lines[mark:])
+            assert not b.has_line(f"generation {generation} ->", start=broker_mark)
+            produce(b, "steady", [b"still leading"])
+            assert values(b, "steady") == [b"still leading"]
+    finally:
+        proxy.close()

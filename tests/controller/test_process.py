@@ -26,7 +26,10 @@ from protocol.registry import APIS
 
 from .helpers import WAIT_S, ControllerProcess, FakeBroker, free_port
 
-LONG_SESSION = ("--broker-session-timeout-ms", "60000")
+# Generations that never end by themselves during a test: no expiry, and no connection-loss
+# grace either (these tests close and reopen connections and restart the controller freely).
+LONG_SESSION = ("--broker-session-timeout-ms", "60000",
+                "--set", "broker_connection_loss_grace_ms=60000")
 
 
 async def brokers(n: int) -> list[FakeBroker]:

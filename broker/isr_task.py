@@ -1,0 +1,122 @@
+"""The broker's ISR task: drives `isr.IsrManager` on the event loop and talks to the controller.
+
+Every `replica_lag_time_max_ms / 2` (at least `TICK_MS_MIN`), or sooner when a follower outside
+the ISR has caught up (`Partition.on_isr_candidate` wakes it, at most once per `WAKE_GAP_MS`) or a
+retry is due, it asks the manager for due proposals and sends them all in one AlterPartition to
+the controller (ControllerLink.alter_partition, its own connection), then hands each partition's
+answer back to the manager and pokes the partitions that changed, so acks=all waiters re-check.
+A connection failure or a top-level error is each proposal's answer (retried with backoff).
+
+Version: AlterPartition v2+ names topics by id, and no control request gives a broker topic ids
+(LeaderAndIsr v4, UpdateMetadata v6 carry names only), so we send at most v1, by name; the
+controller still checks that every new member is a live, unfenced broker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from protocol.apis.alter_partition import (AlterPartitionPartitionData, AlterPartitionRequest,
+                                           AlterPartitionTopicData)
+from protocol.error_codes import ErrorCode
+
+from .controller_link import ControllerUnavailable
+from .isr import IsrManager, IsrProposal
+from .partition import Partition, PartitionState
+
+log = logging.getLogger("epochlog.broker")
+
+TICK_MS_MIN = 100
+WAKE_GAP_MS = 50  # early wakes (a follower caught up) at most this often
+ALTER_PARTITION_VERSION_MAX = 1  # see the module docstring: v2+ needs topic ids
+PROPOSALS_PER_REQUEST_MAX = 1000
+
+
+def build_request(broker_id: int, broker_epoch: int,
+                  proposals: list[IsrProposal]) -> AlterPartitionRequest:
+    topics: dict[str, AlterPartitionTopicData] = {}
+    for pr in proposals:
+        topic = topics.setdefault(pr.topic, AlterPartitionTopicData(topic_name=pr.topic))
+        topic.partitions.append(AlterPartitionPartitionData(
+            partition_index=pr.index, leader_epoch=pr.leader_epoch,
+            partition_epoch=pr.partition_epoch, new_isr=list(pr.isr)))
+    return AlterPartitionRequest(broker_id=broker_id, broker_epoch=broker_epoch,
+                                 topics=list(topics.values()))
+
+
+def read_answers(answer: Any, proposals: list[IsrProposal], replicas_of: dict[tuple[str, int],
+                 tuple[int, ...]]) -> list[tuple[IsrProposal, int, PartitionState | None]]:
+    """Each proposal with its error and the answered state (None where there is none)."""
+    if answer.error_code:
+        return [(pr, answer.error_code, None) for pr in proposals]
+    found: dict[tuple[str, int], tuple[int, PartitionState | None]] = {}
+    for t in answer.topics:
+        for p in t.partitions:
+            key = (t.topic_name, p.partition_index)
+            state = None
+            if p.leader_epoch >= 0 and key in replicas_of:
+                state = PartitionState(p.leader_id, p.leader_epoch, p.partition_epoch,
+                                       replicas_of[key], tuple(p.isr))
+            found[key] = (p.error_code, state)
+    return [(pr, *found.get((pr.topic, pr.index), (ErrorCode.UNKNOWN_SERVER_ERROR, None)))
+            for pr in proposals]
+
+
+class IsrTask:
+    def __init__(self, app: Any, manager: IsrManager) -> None:
+        self.app = app
+        self.manager = manager
+        self.tick_ms = max(TICK_MS_MIN, manager.lag_time_max_ms // 2)
+        self._wake = asyncio.Event()
+
+    def wake(self, partition: Partition | None = None) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            wait_ms = self.tick_ms
+            retry = self.manager.next_retry_ms()
+            if retry is not None:
+                wait_ms = max(0, min(wait_ms, retry - self.manager.clock()))
+            try:
+                async with asyncio.timeout(wait_ms / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            started = loop.time()
+            self._wake.clear()
+            await self.run_once()
+            # Rate-limit early wakes: a follower fetching often must not make us spin.
+            await asyncio.sleep(max(0.0, WAKE_GAP_MS / 1000 - (loop.time() - started)))
+
+    async def run_once(self) -> None:
+        replicas = self.app.replicas
+        proposals = self.manager.due(list(replicas.partitions.values()))
+        for start in range(0, len(proposals), PROPOSALS_PER_REQUEST_MAX):
+            await self._send(proposals[start:start + PROPOSALS_PER_REQUEST_MAX])
+
+    async def _send(self, proposals: list[IsrProposal]) -> None:
+        app = self.app
+        request = build_request(app.broker_id, app.epochs.generation, proposals)
+        try:
+            answer = await app.controller.alter_partition(request, ALTER_PARTITION_VERSION_MAX)
+        except ControllerUnavailable as exc:
+            log.debug("AlterPartition not sent: %s", exc)
+            results: list[tuple[IsrProposal, int, PartitionState | None]] = [
+                (pr, int(ErrorCode.NETWORK_EXCEPTION), None) for pr in proposals]
+        else:
+            replicas_of = {}
+            for pr in proposals:
+                p = app.replicas.get(pr.topic, pr.index)
+                if p is not None and p.state is not None:
+                    replicas_of[(pr.topic, pr.index)] = p.state.replicas
+            results = read_answers(answer, proposals, replicas_of)
+        for proposal, error, state in results:
+            partition = app.replicas.get(proposal.topic, proposal.index)
+            if partition is None:
+                continue  # stopped meanwhile
+            if self.manager.on_answer(partition, proposal, error, state):
+                app.replicas.poke((proposal.topic, proposal.index))

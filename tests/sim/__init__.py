@@ -1,0 +1,14 @@
+"""Deterministic simulation of an epochlog cluster (issue 5, "Tests", first bullet).
+
+The real controller state machine (`controller.state.ControllerState`, driven the way
+`controller/service.py` and `controller/sender.py` drive it) and the real broker replica state
+machines (`broker.replicas.ReplicaManager`, `broker.partition.Partition` over real
+`broker.storage` logs in a temp dir) run in one process, on one simulated clock, over a simulated
+network, with faults (crashes, pauses, lost and delayed messages, restarts, network partitions),
+all drawn from one `random.Random(seed)`. Checkers watch safety properties while it runs and at
+the end. A failing seed replays exactly: `python -m tests.sim SEED [--verbose]`.
+
+Modules: scheduler (clock, event heap, nodes that crash and pause), network (links, loss, delay,
+partitions, the real codec now and then), controller_node, broker_node, producer, faults, checkers,
+harness (one run), `__main__` (replay), test_simulation (the CI runs). See docs/simulation.md.
+"""
