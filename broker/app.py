@@ -5,10 +5,14 @@ Start (docs/control-plane.md "Start-up order"):
 2. listen for Kafka requests on each listener, EXTERNAL and, if configured, INTERNAL (the
    controller connects to INTERNAL if we have it, else EXTERNAL, right after our registration);
 3. register with the controller (our generation), then heartbeat in the background;
-4. a storage task fsyncs due logs off the event loop and writes checkpoints;
+4. a storage task fsyncs due logs off the event loop and writes checkpoints; the ISR task
+   (isr_task.py) shrinks and expands the ISRs we lead through AlterPartition; the cleaner task
+   compacts logs whose cleanup.policy has "compact" (storage/cleaner.py: each pass reads and
+   writes on an executor thread, then swaps the segments in on the loop, between two requests);
 5. metrics, if asked for.
-Stop: controlled shutdown (our leaderships move while we still serve), stop heartbeating, stop
-listening, wake every waiting request, then flush every log and write the checkpoints and the
+Follower fetchers (fetcher.py) follow whatever the replica manager makes us follow, from step 3 on.
+Stop: controlled shutdown (our leaderships move while we still serve and fetch), stop
+heartbeating, stop the follower fetchers, stop listening, wake every waiting request, then flush every log and write the checkpoints and the
 clean-shutdown marker (LogManager.close).
 
 Everything runs on one event loop, which owns all broker state; handlers reach it as `ctx.app`.
@@ -26,23 +30,29 @@ from typing import Any
 from protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
 from protocol.error_codes import ErrorCode, name_of
 
-from .config import EXTERNAL_LISTENER, BrokerConfig
+from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig
 from .controller_link import ControllerLink, ControllerUnavailable
+from .fetcher import FetcherSettings, ReplicaFetcherManager
+from .groups.coordinator import GroupCoordinator
 from .fencing import ControlEpochs
 from .handlers import load_all
 from .handlers._partitions import valid_topic_name
+from .isr import IsrManager
+from .isr_task import IsrTask
 from .metadata_cache import MetadataCache
 from .metrics import RequestStats, serve_metrics
 from .producer_ids import ProducerIdAllocator
 from .replicas import ReplicaManager
 from .server import KafkaServer, ServerLimits
 from .storage import LogManager
+from .storage.cleaner import CleanerSettings, LogCleaner
 
 log = logging.getLogger("epochlog.broker")
 
 STORAGE_TICK_MS = 100  # how often due flushes, retention and checkpoints are looked at
 AUTO_CREATE_WAIT_MS_MAX = 2000  # how long Metadata waits for an auto-created topic to arrive
 AUTO_CREATE_PENDING_MAX = 100  # topics being auto-created for Produce at once
+CLEANER_PASSES_PER_WAKE_MAX = 16  # then the cleaner sleeps its interval again
 
 
 def wall_clock_ms() -> int:
@@ -66,10 +76,16 @@ class Broker:
         self.servers: dict[str, KafkaServer] = {}  # listener name -> its server
         self.server: KafkaServer | None = None  # the EXTERNAL one (metrics)
         self.controller: ControllerLink | None = None
+        self.isr: IsrManager | None = None
+        self.fetchers: ReplicaFetcherManager | None = None
+        self.cleaner: LogCleaner | None = None
+        self.groups: GroupCoordinator | None = None  # consumer groups (groups/coordinator.py)
         # Listener name -> advertised (host, port), EXTERNAL first: what we register.
         self.listeners: dict[str, tuple[str, int]] = {}
         self.advertised: tuple[str, int] = ("", 0)  # the EXTERNAL listener's
         self.fatal = asyncio.Event()
+        # Set while our generation is confirmed (epochs.confirmed): control requests wait for it.
+        self._generation_confirmed = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its auto-create task
 
@@ -84,12 +100,29 @@ class Broker:
                                        produce_waiters_max=self.config.produce_waiters_max,
                                        fetch_waiters_max=self.config.fetch_waiters_max)
         self.producer_ids = ProducerIdAllocator(self.config.data_dir, self.broker_id)
+        self.isr = IsrManager(self.broker_id, monotonic_ms,
+                              lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                              retry_backoff_ms=self.config.isr_retry_backoff_ms,
+                              replica_live=lambda r: r in self.metadata.brokers)
+        isr_task = IsrTask(self, self.isr)
+        self.replicas.on_isr_candidate = isr_task.wake
+        self.fetchers = self._replica_fetchers(self.replicas)
+        self.groups = GroupCoordinator(self)
+        self.replicas.partition_listeners.append(self.groups.on_partition)
         await self._listen()
         self.controller = ControllerLink(self.config, self.epochs, self.listeners,
-                                         on_generation_lost=self._generation_lost)
+                                         on_generation_lost=self._generation_lost,
+                                         on_registered=self._registered)
         generation = await self.controller.register()
         self._spawn(self.controller.run(), "heartbeat")
         self._spawn(self._storage_loop(), "storage")
+        if self.config.log_cleaner_enable:
+            self.cleaner = LogCleaner(logs, CleanerSettings(
+                offset_map_bytes_max=self.config.log_cleaner_dedupe_buffer_size,
+                io_buffer_bytes=self.config.log_cleaner_io_buffer_size), wall_clock_ms)
+            self._spawn(self._cleaner_loop(self.cleaner), "cleaner")
+        self._spawn(isr_task.run(), "isr")
+        self._spawn(self.groups.run(), "groups")
         if self.config.metrics_address is not None:
             serve_metrics(self, self.stats, *self.config.metrics_address)
         return generation
@@ -112,6 +145,10 @@ class Broker:
             if controlled and self.epochs.generation >= 0:
                 await self._controlled_shutdown(self.controller)
             await self.controller.close()
+        if self.fetchers is not None:
+            await self.fetchers.close()  # no follower append once we stop
+        if self.groups is not None:
+            self.groups.close()  # parked group requests: NOT_COORDINATOR
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -120,6 +157,26 @@ class Broker:
         if self.replicas is not None:
             self.replicas.close()
         log.info("broker %d stopped (generation %d)", self.broker_id, self.epochs.generation)
+
+    def _replica_fetchers(self, replicas: ReplicaManager) -> ReplicaFetcherManager:
+        """Follower fetchers (fetcher.py), told of every partition state the replica manager
+        applies; they reach leaders at their INTERNAL endpoint (docs/control-plane.md)."""
+        c = self.config
+
+        def resolve(broker_id: int) -> tuple[str, int] | None:
+            info = self.metadata.brokers.get(broker_id)
+            return info.endpoint(INTERNAL_LISTENER) if info is not None else None
+
+        fetchers = ReplicaFetcherManager(
+            self.broker_id, monotonic_ms,
+            FetcherSettings(fetch_max_bytes=c.replica_fetch_max_bytes,
+                            partition_max_bytes=c.replica_fetch_partition_max_bytes,
+                            max_wait_ms=c.replica_fetch_wait_max_ms,
+                            backoff_ms=c.replica_fetch_backoff_ms,
+                            message_max_bytes=c.message_max_bytes),
+            resolve=resolve, poke=replicas.poke, spawn=self._spawn)
+        replicas.partition_listeners.append(fetchers.on_partition)
+        return fetchers
 
     async def _controlled_shutdown(self, controller: ControllerLink) -> None:
         limit_ms = self.config.controlled_shutdown_ms_max
@@ -150,8 +207,54 @@ class Broker:
             await self.replicas.flush_due_logs()
             self.replicas.logs.tick()  # retention and checkpoints, each on its own interval
 
+    async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
+        """Each wake, up to CLEANER_PASSES_PER_WAKE_MAX passes: choose (loop), run (executor
+        thread, on descriptors of its own), finish (loop: the swap, so no reader sees half)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.log_cleaner_interval_ms / 1000)
+            for _ in range(CLEANER_PASSES_PER_WAKE_MAX):
+                job = cleaner.choose()
+                if job is None:
+                    break
+                try:
+                    result = await loop.run_in_executor(None, job.run)
+                except asyncio.CancelledError:
+                    job.cancel()  # it stops at its next batch; its .cleaned files are strays
+                    raise
+                cleaner.finish(job, result)
+
+    def _registered(self, generation: int) -> None:
+        self._generation_confirmed.set()  # epochs.confirmed is True: held requests go on
+
+    async def control_request_ready(self, what: str) -> bool:
+        """docs/control-plane.md "Before the registration answer": a control request waits
+        until the controller has confirmed our generation, at most controller_request_timeout_ms.
+        True: judge it now (epochs.admit, with no await in between). False: none came in time;
+        leave it unanswered, so that the controller resends it (an answered one never is)."""
+        if not self.epochs.must_wait():
+            return True
+        self.epochs.held_total += 1
+        limit_ms = self.config.controller_request_timeout_ms
+        log.info("broker %d: %s arrived before our registration answer: held (at most %d ms)",
+                 self.broker_id, what, limit_ms)
+        try:
+            async with asyncio.timeout(limit_ms / 1000):
+                while self.epochs.must_wait():  # the flag is the truth; the event only wakes
+                    self._generation_confirmed.clear()
+                    await self._generation_confirmed.wait()
+        except TimeoutError:
+            self.epochs.unanswered_total += 1
+            log.warning("broker %d: %s held %d ms and still no registration answer: left "
+                        "unanswered (the controller resends it)", self.broker_id, what, limit_ms)
+            return False
+        log.info("broker %d: %s held until our registration was answered, judged against "
+                 "generation %d", self.broker_id, what, self.epochs.generation)
+        return True
+
     def _generation_lost(self, why: str) -> None:
         assert self.replicas is not None
+        self._generation_confirmed.clear()  # epochs.confirmed is False: control requests wait
         count = self.replicas.resign_all(why)
         log.warning("broker %d: generation %d is over: stopped leading %d partitions",
                     self.broker_id, self.epochs.generation, count)

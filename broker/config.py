@@ -21,6 +21,7 @@ from typing import Annotated
 
 import msgspec
 
+from .replica_selector import selector_for
 from .storage import LogConfig, LogConfigError
 
 MS_PER_DAY = 24 * 60 * 60 * 1000
@@ -56,10 +57,10 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     # Topics created on first use (Metadata or Produce for an unknown topic), as in Kafka.
     auto_create_topics_enable: bool = True
     num_partitions: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 1
-    # Kafka's default.replication.factor (1) for auto-created topics; -1 leaves it to the
-    # controller (min(3, live brokers)). Until followers fetch (the replication issue), a topic
-    # with more than one replica cannot commit, so 1 is also the only default that works today.
-    default_replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32767)] = 1
+    # Kafka's default.replication.factor for auto-created topics; -1 (the default) leaves it to
+    # the controller: min(3, live brokers), so a topic created on first use is replicated as
+    # widely as the cluster allows (followers fetch: follower.py, fetcher.py).
+    default_replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32767)] = -1
 
     # Network limits (Kafka's socket.request.max.bytes, max.connections, connections.max.idle.ms).
     frame_bytes_max: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 100 << 20
@@ -74,13 +75,40 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     # The whole controlled shutdown, retries included (an unreachable controller must not hold
     # a stopping broker for retries x request timeout).
     controlled_shutdown_ms_max: Annotated[int, msgspec.Meta(ge=100)] = 15_000
-    # A follower that has not caught up for this long leaves the ISR (the replication issue).
+    # A follower that has not caught up for this long leaves the ISR (isr.py); the ISR task
+    # looks every half of it.
     replica_lag_time_max_ms: Annotated[int, msgspec.Meta(ge=100)] = 30_000
+    # After an AlterPartition failed (controller unreachable) or a replica was refused as
+    # ineligible: how long before the same proposal, or that replica, is tried again.
+    isr_retry_backoff_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 500
+
+    # Follower fetchers (follower.py, fetcher.py; Kafka's replica.fetch.*): bytes per Fetch and
+    # per partition, the long-poll wait, and the retry backoff (first retries are faster).
+    replica_fetch_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 10 << 20
+    replica_fetch_partition_max_bytes: Annotated[int, msgspec.Meta(ge=1024, le=1 << 30)] = 1 << 20
+    replica_fetch_wait_max_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 500
+    replica_fetch_backoff_ms: Annotated[int, msgspec.Meta(ge=10, le=60_000)] = 1000
 
     # Waiting requests (acks=all produce, long-poll fetch), each kind bounded.
     produce_waiters_max: Annotated[int, msgspec.Meta(ge=1)] = 10_000
     fetch_waiters_max: Annotated[int, msgspec.Meta(ge=1)] = 10_000
     fetch_wait_ms_max: Annotated[int, msgspec.Meta(ge=0)] = 30_000  # caps a client's max_wait_ms
+    # Incremental fetch sessions kept (KIP-227, Kafka's max.incremental.fetch.session.cache.slots);
+    # the least recently used goes first. 0: none (every fetch is a full one).
+    fetch_sessions_max: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = 1000
+    # Which replica consumers are told to read from (KIP-392, Kafka's replica.selector.class):
+    # "leader" or "rack-aware" (Kafka's class names also accepted; broker/replica_selector.py).
+    replica_selector_class: str = "leader"
+
+    # Consumer groups (broker/groups/; Kafka's offsets.* and group.* settings). The offsets topic
+    # is created on the first FindCoordinator; replication factor -1: min(3, live brokers).
+    offsets_topic_num_partitions: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
+    offsets_topic_replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32767)] = -1
+    offsets_commit_timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=600_000)] = 5000
+    offset_metadata_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 4096
+    group_min_session_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 6000
+    group_max_session_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 1_800_000
+    group_initial_rebalance_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 3000
 
     # Log defaults for every partition (Kafka's log.* broker settings).
     log_segment_bytes: int = 1 << 30
@@ -90,6 +118,18 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     log_retention_check_interval_ms: Annotated[int, msgspec.Meta(ge=10)] = 300_000
     log_flush_interval_ms: int = 1000
     message_max_bytes: int = (1 << 20) + 12
+    # Compaction (broker/storage/cleaner.py), Kafka's log.cleanup.policy and log.cleaner.*: topic
+    # defaults, then the cleaner: on or off, how often it looks for a log to clean, its offset
+    # map's memory bound (several passes when a dirty section has more keys), its read/write size.
+    log_cleanup_policy: str = "delete"
+    log_cleaner_min_cleanable_ratio: float = 0.5
+    log_cleaner_delete_retention_ms: Annotated[int, msgspec.Meta(ge=0)] = MS_PER_DAY
+    log_cleaner_min_compaction_lag_ms: Annotated[int, msgspec.Meta(ge=0)] = 0
+    log_cleaner_enable: bool = True
+    log_cleaner_interval_ms: Annotated[int, msgspec.Meta(ge=10, le=3_600_000)] = 15_000
+    log_cleaner_dedupe_buffer_size: Annotated[int, msgspec.Meta(ge=1 << 10, le=1 << 34)] = \
+        128 << 20
+    log_cleaner_io_buffer_size: Annotated[int, msgspec.Meta(ge=1 << 10, le=1 << 30)] = 512 << 10
 
     def __post_init__(self) -> None:
         if not self.data_dir:
@@ -100,9 +140,16 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
         self._check_internal()
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "metrics_listen")
+        if self.offsets_topic_replication_factor == 0:
+            raise ValueError("offsets_topic_replication_factor: must be -1 (min(3, live "
+                             "brokers)) or >= 1")
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
+            raise ValueError("group_min_session_timeout_ms: must not exceed "
+                             "group_max_session_timeout_ms")
         if self.default_replication_factor == 0:
             raise ValueError("default_replication_factor: must be -1 (the controller's) or >= 1")
         self.log_config()  # refuses a bad log_* setting, naming it
+        selector_for(self.replica_selector_class)  # refuses an unknown selector, naming it
 
     def _check_internal(self) -> None:
         if not self.internal_listen:
@@ -117,7 +164,11 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     def log_config(self) -> LogConfig:
         pairs = (("log_segment_bytes", "segment_bytes"), ("log_segment_ms", "segment_ms"),
                  ("log_retention_ms", "retention_ms"), ("log_retention_bytes", "retention_bytes"),
-                 ("log_flush_interval_ms", "flush_ms"), ("message_max_bytes", "max_message_bytes"))
+                 ("log_flush_interval_ms", "flush_ms"), ("message_max_bytes", "max_message_bytes"),
+                 ("log_cleanup_policy", "cleanup_policy"),
+                 ("log_cleaner_min_cleanable_ratio", "min_cleanable_dirty_ratio"),
+                 ("log_cleaner_delete_retention_ms", "delete_retention_ms"),
+                 ("log_cleaner_min_compaction_lag_ms", "min_compaction_lag_ms"))
         values = {theirs: getattr(self, ours) for ours, theirs in pairs}
         try:
             return LogConfig(**values)

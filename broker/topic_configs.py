@@ -7,8 +7,9 @@ them the way any client does: DescribeConfigs (32) for the topic, on its admin c
 controller. `ensure(topics)` runs before a LeaderAndIsr opens a partition of a topic not seen yet
 (or a topic just created, `is_new`, which may be a re-creation with other settings); one request
 covers every topic named. The answer becomes a `TopicSettings`: the broker's `LogConfig` with the
-topic's retention.ms, retention.bytes, segment.bytes and segment.ms put in, plus
-min.insync.replicas for the partition state.
+topic's retention.ms, retention.bytes, segment.bytes, segment.ms and its compaction settings
+(cleanup.policy, min.cleanable.dirty.ratio, delete.retention.ms, min.compaction.lag.ms) put in,
+plus min.insync.replicas for the partition state.
 
 Rules:
 - Bounded: `DESCRIBE_TRIES_MAX` tries of at most `DESCRIBE_TRY_MS_MAX` each, well inside the
@@ -48,7 +49,11 @@ TOPICS_PER_REQUEST_MAX = 1000
 
 # Kafka's topic setting -> LogConfig field. The rest of LogConfig stays the broker's.
 LOG_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
-                "segment.bytes": "segment_bytes", "segment.ms": "segment_ms"}
+                "segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
+                "cleanup.policy": "cleanup_policy",
+                "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
+                "delete.retention.ms": "delete_retention_ms",
+                "min.compaction.lag.ms": "min_compaction_lag_ms"}
 MIN_INSYNC = "min.insync.replicas"
 MIN_INSYNC_DEFAULT = 1
 
@@ -65,8 +70,8 @@ class TopicSettings:
 def settings_from(defaults: LogConfig, described: Mapping[str, str | None]) -> TopicSettings:
     """The broker's defaults with the described values put in. Raises ValueError naming the
     setting for a value that is not an integer or that LogConfig refuses."""
-    changes = {field: _integer(name, described[name]) for name, field in LOG_SETTINGS.items()
-               if described.get(name) is not None}
+    changes = {field: _PARSERS.get(name, _integer)(name, described[name])
+               for name, field in LOG_SETTINGS.items() if described.get(name) is not None}
     try:
         config = msgspec.structs.replace(defaults, **changes)
     except LogConfigError as exc:
@@ -81,6 +86,21 @@ def _integer(name: str, value: str | None) -> int:
         return int(value or "")
     except ValueError:
         raise ValueError(f"{name}={value!r} is not an integer") from None
+
+
+def _ratio(name: str, value: str | None) -> float:
+    try:
+        return float(value or "")
+    except ValueError:
+        raise ValueError(f"{name}={value!r} is not a number") from None
+
+
+def _policy(name: str, value: str | None) -> str:
+    """Kafka's list form, e.g. "compact, delete" -> "compact,delete" (LogConfig checks it)."""
+    return ",".join(part.strip().lower() for part in (value or "").split(","))
+
+
+_PARSERS = {"cleanup.policy": _policy, "min.cleanable.dirty.ratio": _ratio}
 
 
 class TopicConfigs:

@@ -14,7 +14,8 @@ LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
 # Kafka's DescribeConfigs config_type numbers.
-TYPE_BOOLEAN, TYPE_INT, TYPE_LONG = 1, 3, 5
+TYPE_BOOLEAN, TYPE_INT, TYPE_LONG, TYPE_DOUBLE, TYPE_LIST = 1, 3, 5, 6, 7
+CLEANUP_POLICIES = ("compact", "delete")
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,7 @@ class SettingSpec:
     low: int = 0
     high: int = LONG_MAX
     doc: str = ""
+    choices: tuple[str, ...] = ()  # TYPE_LIST: the words allowed (each at most once)
 
 
 SPECS: dict[str, SettingSpec] = {
@@ -34,6 +36,15 @@ SPECS: dict[str, SettingSpec] = {
                                        doc="In-sync replicas an acks=all write needs."),
     "unclean.leader.election.enable": SettingSpec(
         TYPE_BOOLEAN, doc="Elect a replica outside the ISR when no ISR member is alive."),
+    "cleanup.policy": SettingSpec(
+        TYPE_LIST, choices=CLEANUP_POLICIES,
+        doc="delete (retention), compact (keep the latest record per key), or both."),
+    "min.cleanable.dirty.ratio": SettingSpec(
+        TYPE_DOUBLE, 0, 1, doc="Dirty share of a compacted log that makes it worth cleaning."),
+    "delete.retention.ms": SettingSpec(
+        TYPE_LONG, 0, doc="How long a tombstone outlives its first cleaning."),
+    "min.compaction.lag.ms": SettingSpec(
+        TYPE_LONG, 0, doc="A record stays uncompacted at least this long."),
 }
 
 
@@ -57,6 +68,16 @@ def _normalize(spec: SettingSpec, value: str) -> str | None:
     if spec.config_type == TYPE_BOOLEAN:
         low = value.lower()
         return low if low in ("true", "false") else None
+    if spec.config_type == TYPE_LIST:
+        words = [w.strip().lower() for w in value.split(",")]
+        ok = words and set(words) <= set(spec.choices) and len(set(words)) == len(words)
+        return ",".join(words) if ok else None
+    if spec.config_type == TYPE_DOUBLE:
+        try:
+            ratio = float(value)
+        except ValueError:
+            return None
+        return repr(ratio) if spec.low <= ratio <= spec.high else None
     try:
         number = int(value)
     except ValueError:
@@ -67,6 +88,10 @@ def _normalize(spec: SettingSpec, value: str) -> str | None:
 def _expectation(spec: SettingSpec) -> str:
     if spec.config_type == TYPE_BOOLEAN:
         return "expected true or false"
+    if spec.config_type == TYPE_LIST:
+        return f"expected one or more of {', '.join(spec.choices)}, comma-separated"
+    if spec.config_type == TYPE_DOUBLE:
+        return f"expected a number from {spec.low} to {spec.high}"
     return f"expected an integer from {spec.low} to {spec.high}"
 
 

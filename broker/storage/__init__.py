@@ -3,7 +3,7 @@ state, checkpoints and crash recovery, in Kafka's on-disk formats.
 
 Synchronous plain Python with an injected clock (ms): the broker's asyncio code calls it, and a
 deterministic simulation can drive it. Modules, bottom up: config, errors, checkpoints, epoch_cache,
-indexes, segment, producer_state, log, log_manager.
+indexes, segment, segment_swap, producer_state, log, log_manager, cleaner.
 """
 
 from .config import LogConfig
@@ -16,6 +16,7 @@ from .errors import (
                      DuplicateSequence,
                      InconsistentIdentity,
                      InvalidProducerEpoch,
+                     InvalidRecord,
                      LogConfigError,
                      OffsetOutOfRange,
                      OffsetsNotIncreasing,
@@ -28,7 +29,7 @@ from .log_manager import LogManager
 
 __all__ = [
     "AppendInfo", "AppendRefused", "CorruptCheckpoint", "CorruptLog", "CorruptRecords",
-    "DuplicateSequence", "EpochEntry", "FlushJob", "InconsistentIdentity", "InvalidProducerEpoch",
+    "DuplicateSequence", "EpochEntry", "FlushJob", "InconsistentIdentity", "InvalidProducerEpoch", "InvalidRecord",
     "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager", "OffsetOutOfRange",
     "OffsetsNotIncreasing", "OutOfOrderSequence", "RecordTooLarge", "StaleLeaderEpoch",
     "StorageError",

@@ -19,7 +19,7 @@ LONG_MAX = 2**63 - 1
 MS_PER_DAY = 24 * 60 * 60 * 1000
 SEGMENT_BYTES_MIN = 14  # Kafka's floor: room for one empty batch's log overhead
 INDEX_ENTRY_BYTES_MAX = 12  # a time index entry; an index must hold at least one
-CLEANUP_POLICIES = ("delete",)
+CLEANUP_POLICIES = ("delete", "compact")  # cleanup_policy: one or both, comma-separated
 
 
 class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -33,6 +33,10 @@ class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
     flush_ms: int = 1000  # LONG_MAX: never fsync by time
     cleanup_policy: str = "delete"
     max_message_bytes: int = (1 << 20) + 12  # Kafka's 1048588: 1 MiB plus the log overhead
+    # Compaction (cleaner.py), with cleanup_policy "compact" or "compact,delete".
+    min_cleanable_dirty_ratio: float = 0.5
+    delete_retention_ms: int = MS_PER_DAY  # how long a tombstone outlives its first cleaning
+    min_compaction_lag_ms: int = 0  # a segment newer than this is never cleaned
 
     def __post_init__(self) -> None:
         _at_least("segment_bytes", self.segment_bytes, SEGMENT_BYTES_MIN)
@@ -45,9 +49,26 @@ class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
         _at_least("flush_messages", self.flush_messages, 1)
         _at_least("flush_ms", self.flush_ms, 0)
         _at_least("max_message_bytes", self.max_message_bytes, 0)
-        if self.cleanup_policy not in CLEANUP_POLICIES:
+        _at_least("delete_retention_ms", self.delete_retention_ms, 0)
+        _at_least("min_compaction_lag_ms", self.min_compaction_lag_ms, 0)
+        ratio = self.min_cleanable_dirty_ratio
+        if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 <= ratio <= 1:
+            raise LogConfigError(f"min_cleanable_dirty_ratio must be from 0 to 1, got {ratio!r}")
+        policies = self.cleanup_policy.split(",")
+        if not set(policies) <= set(CLEANUP_POLICIES) or len(set(policies)) != len(policies):
             raise LogConfigError(f"cleanup_policy {self.cleanup_policy!r} is not supported "
-                                 f"(supported: {', '.join(CLEANUP_POLICIES)})")
+                                 f"(supported: {', '.join(CLEANUP_POLICIES)}, or both "
+                                 "comma-separated)")
+
+    @property
+    def compact(self) -> bool:
+        """Key-based compaction applies (cleaner.py); produced records must have keys."""
+        return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def delete(self) -> bool:
+        """Retention (retention_ms, retention_bytes) deletes old segments."""
+        return "delete" in self.cleanup_policy.split(",")
 
 
 def _at_least(name: str, value: int, minimum: int) -> None:

@@ -15,6 +15,7 @@ OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 KAFKA_STORAGE_ERROR = 56
+INVALID_RECORD = 87
 UNKNOWN_SERVER_ERROR = -1
 
 
@@ -52,6 +53,12 @@ class RecordTooLarge(AppendRefused):
 
 class OffsetsNotIncreasing(AppendRefused):
     """A follower append whose offsets do not start at or after the log end, or go backwards."""
+
+
+class InvalidRecord(AppendRefused):
+    """A record the topic's settings forbid: a null key in a compacted topic."""
+
+    error_code = INVALID_RECORD
 
 
 class InvalidProducerEpoch(AppendRefused):

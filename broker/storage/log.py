@@ -5,9 +5,15 @@ active (last) segment, which rolls on segment_bytes, segment_ms, a full index, o
 not fit its int32 relative offsets. The leader path validates batches (structure, CRC, size,
 producer sequences), assigns offsets from the log end and stamps its leader epoch; the follower path
 validates structure and CRC and keeps the leader's offsets, which must continue from the log end
-(no gaps: epochlog has no compaction; the one exception is an empty follower log whose leader's log
-starts inside the batch received, as in Kafka). A refused append raises an AppendRefused subclass
-before anything is written.
+(no gaps, except in a compacted log, where the leader's cleaner removed whole batches; and an empty
+follower log whose leader's log starts inside the batch received, as in Kafka). A refused append
+raises an AppendRefused subclass before anything is written. A compacted log (cleanup_policy has
+"compact") refuses records without a key on the leader path (INVALID_RECORD, as Kafka).
+
+Compaction (cleaner.py) replaces closed segments by cleaned ones (`replace_segments`, the swap
+protocol of segment_swap.py); a log that may hold offset gaps says so in its `offset-gaps-allowed`
+file, written before the first gap lands, so that recovery accepts them (and only there: elsewhere
+a gap is damage). Opening completes a swap a crash interrupted before anything else.
 
 Durability. An append returns once its bytes are in the page cache (os.pwrite): that survives a
 SIGKILL of the process, not a power loss. `flush()` fsyncs every segment written since the last
@@ -35,16 +41,17 @@ import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from protocol.batch import BatchHeader, CorruptBatch, check_all, shift_offsets
+from protocol.batch import BatchHeader, CorruptBatch, check_all, stamp
 from protocol.records import decode_batch
 
-from .checkpoints import TMP_SUFFIX, fsync_dir
+from .checkpoints import TMP_SUFFIX, fsync_dir, write_atomically
 from .config import LogConfig
 from .epoch_cache import LEADER_EPOCH_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpoint,
     CorruptLog,
     CorruptRecords,
+    InvalidRecord,
     OffsetOutOfRange,
     OffsetsNotIncreasing,
     RecordTooLarge,
@@ -52,11 +59,13 @@ from .errors import (
 )
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
+from .segment_swap import complete_interrupted_swaps, remove_cleaned, swap_in
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
 FENCED_LEADER_EPOCH = 74
 STRAY_SUFFIXES = (TMP_SUFFIX, ".deleted", ".cleaned", ".swap")
+OFFSET_GAPS_FILE = "offset-gaps-allowed"
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
 log = logging.getLogger("epochlog.storage")
@@ -117,6 +126,7 @@ class Log:
         self._last_flush_ms = clock()
         self._dir_dirty = False
         self._generation = 0  # bumped by every truncation at the end
+        self.offset_gaps_allowed = False  # see OFFSET_GAPS_FILE
 
     # --- opening and closing ---
 
@@ -128,8 +138,12 @@ class Log:
         if not os.path.isdir(directory):
             os.makedirs(directory)
             fsync_dir(os.path.dirname(os.path.abspath(directory)))
+        swapped = complete_interrupted_swaps(directory)
         self._remove_strays()
-        recovered = self._load_segments(recovery_point, log_start_offset, clean_shutdown)
+        self.offset_gaps_allowed = os.path.exists(os.path.join(directory, OFFSET_GAPS_FILE))
+        if swapped:
+            self.allow_offset_gaps()  # written before any swap; this only makes sure
+        recovered = self._load_segments(recovery_point, log_start_offset, clean_shutdown, swapped)
         self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
         self._load_epoch_cache()
         self.producer_state.update_all(self._headers_from(self.log_start_offset))
@@ -154,21 +168,24 @@ class Log:
                 os.unlink(os.path.join(self.directory, name))
 
     def _load_segments(self, recovery_point: int, log_start_offset: int,
-                       clean_shutdown: bool) -> bool:
+                       clean_shutdown: bool, swapped: set[int]) -> bool:
         bases = sorted(int(m.group(1)) for m in map(_SEGMENT_FILE.match,
                                                      os.listdir(self.directory))
                        if m and m.group(2) == "log")
         recovered = False
         for i, base in enumerate(bases):
-            if self._segments and base != self._segments[-1].next_offset:
+            previous_end = self._segments[-1].next_offset if self._segments else base
+            if base < previous_end or (base > previous_end and not self.offset_gaps_allowed):
                 log.warning("%s: segment %d does not continue the one before (which ends at %d);"
                             " dropping it and the rest", self.directory, base,
                             self._segments[-1].next_offset)
                 self._delete_files_from(bases[i:])
                 break
             segment = Segment(self.directory, base, self.config, self.clock())
+            segment.offset_gaps_allowed = self.offset_gaps_allowed
             next_base = bases[i + 1] if i + 1 < len(bases) else None
-            if clean_shutdown or (next_base is not None and next_base <= recovery_point):
+            if base not in swapped and (clean_shutdown or (next_base is not None
+                                                           and next_base <= recovery_point)):
                 cut = segment.load()
             else:
                 cut = segment.recover()
@@ -241,7 +258,10 @@ class Log:
 
     def append_as_leader(self, records: bytes | bytearray | memoryview,
                          leader_epoch: int) -> AppendInfo:
-        """Validate, assign offsets from the log end, stamp leader_epoch, write."""
+        """Validate, assign offsets from the log end, stamp leader_epoch, write.
+
+        A writable memoryview is stamped in place (the broker's server gives each request its
+        own frame buffer, so the records are copied by nobody); anything else is copied once."""
         headers = self._validate(records)
         for header in headers:
             if header.record_count < 1 or header.last_offset_delta + 1 != header.record_count:
@@ -250,12 +270,14 @@ class Log:
             if header.size > self.config.max_message_bytes:
                 raise RecordTooLarge(f"batch of {header.size} bytes is above max_message_bytes "
                                      f"{self.config.max_message_bytes}")
+        if self.config.compact:
+            _require_keys(records, headers, self.directory)
         if leader_epoch < self.epoch_cache.latest_epoch:
             raise StaleLeaderEpoch(f"leader epoch {leader_epoch} is older than the latest "
                                    f"epoch {self.epoch_cache.latest_epoch} of {self.directory}")
-        buf = bytearray(records)
-        shift_offsets(buf, self.log_end_offset, leader_epoch)
-        stamped = _positions(check_all(buf))
+        buf = records if isinstance(records, memoryview) and not records.readonly \
+            else bytearray(records)
+        stamped = _stamp(buf, headers, self.log_end_offset, leader_epoch)
         duplicate = self.producer_state.check([h for _, h in stamped])
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset,
@@ -271,13 +293,18 @@ class Log:
             log_start = self.log_start_offset
             self.truncate_fully_and_start_at(first.base_offset)
             self.log_start_offset = log_start
-        expected = self.log_end_offset
+        expected, gaps = self.log_end_offset, False
         for header in headers:
-            if header.base_offset != expected:
+            gap = header.base_offset > expected and (self.config.compact
+                                                     or self.offset_gaps_allowed)
+            if header.base_offset != expected and not gap:
                 raise OffsetsNotIncreasing(
                     f"batch at offset {header.base_offset} where {expected} was expected (the "
                     f"log end offset {self.log_end_offset}, or the previous batch's next offset)")
+            gaps = gaps or gap
             expected = header.next_offset
+        if gaps:
+            self.allow_offset_gaps()  # the leader's log was compacted
         return self._write(records, _positions(headers))
 
     def _is_empty(self) -> bool:
@@ -349,6 +376,7 @@ class Log:
 
     def _add_segment(self, base: int) -> Segment:
         segment = Segment(self.directory, base, self.config, self.clock())
+        segment.offset_gaps_allowed = self.offset_gaps_allowed
         assert segment.size_bytes == 0 and os.fstat(segment._fd).st_size == 0, \
             f"{segment.log_path} already holds data"
         self._segments.append(segment)
@@ -356,6 +384,54 @@ class Log:
         self._dir_dirty = True
         segment.dirty = True
         return segment
+
+    # --- compaction (cleaner.py) ---
+
+    def allow_offset_gaps(self) -> None:
+        """From now on this log may hold offset gaps; durable before the first one lands."""
+        if self.offset_gaps_allowed:
+            return
+        write_atomically(os.path.join(self.directory, OFFSET_GAPS_FILE), b"")
+        self.offset_gaps_allowed = True
+        for segment in self._segments:
+            segment.offset_gaps_allowed = True
+        log.info("%s: offset gaps allowed from now on (compacted)", self.directory)
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every truncation at the end (what the cleaner read may be gone)."""
+        return self._generation
+
+    def replace_segments(self, old: list[Segment], sizes: list[int], cleaned_base: int,
+                         generation: int) -> bool:
+        """Swap the cleaner's fsynced `<cleaned_base>.*.cleaned` files in for the consecutive
+        closed segments old (of the sizes given), in one step for readers. False, and the cleaned
+        files removed, if the log changed since `generation` (truncated, segments deleted)."""
+        first = next((i for i, s in enumerate(self._segments) if s is old[0]), None)
+        unchanged = (generation == self._generation
+                     and first is not None and first + len(old) < len(self._segments)
+                     and all(a is b and a.size_bytes == size for a, b, size
+                             in zip(old, self._segments[first:first + len(old)], sizes))
+                     and old[0].base_offset == cleaned_base)
+        if not unchanged:
+            remove_cleaned(self.directory, cleaned_base)
+            return False
+        assert first is not None
+        self.allow_offset_gaps()
+        deleted = swap_in(self.directory, cleaned_base, [s.base_offset for s in old])
+        cleaned = Segment(self.directory, cleaned_base, self.config, self.clock())
+        cleaned.offset_gaps_allowed = True
+        cleaned.load()
+        if cleaned.next_offset != old[-1].next_offset:
+            raise CorruptLog(f"{cleaned.log_path}: cleaned segment ends at {cleaned.next_offset}, "
+                             f"the segments it replaced at {old[-1].next_offset}")
+        for segment in old:
+            segment.close()
+        self._segments[first:first + len(old)] = [cleaned]
+        self._bases[first:first + len(old)] = [cleaned_base]
+        for path in deleted:
+            os.unlink(path)
+        return True
 
     # --- flushing ---
 
@@ -530,6 +606,8 @@ class Log:
     def delete_retained_segments(self) -> int:
         """Apply retention_ms and retention_bytes to the non-active segments wholly below the
         high watermark; the number of segments deleted."""
+        if not self.config.delete:
+            return 0  # cleanup_policy "compact" alone: only the cleaner removes anything
         now_ms = self.clock()
         total_bytes = self.size_bytes
         deleted = 0
@@ -548,6 +626,36 @@ class Log:
                 self._delete_oldest_segment()
             deleted += 1
         return deleted
+
+
+def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHeader],
+                  directory: str) -> None:
+    """A compacted log keeps the latest record per key, so every record needs one (Kafka)."""
+    position = 0
+    for header in headers:
+        try:
+            _, decoded = decode_batch(records, position)
+        except CorruptBatch as e:
+            raise CorruptRecords(f"refused batches: {e}") from None
+        for record in decoded:
+            if record.key is None:
+                raise InvalidRecord(f"compacted topic partition {os.path.basename(directory)} "
+                                    f"cannot accept a record without a key")
+        position += header.size
+
+
+def _stamp(buf: bytearray | memoryview, headers: list[BatchHeader], first_offset: int,
+           leader_epoch: int) -> list[tuple[int, BatchHeader]]:
+    """Stamp checked batches with consecutive offsets from first_offset and leader_epoch, in
+    place (both fields lie outside the CRC, so the checks made still hold); (position, stamped
+    header) of each."""
+    out, pos, offset = [], 0, first_offset
+    for header in headers:
+        stamp(buf, pos, offset, leader_epoch)
+        out.append((pos, header._replace(base_offset=offset, partition_leader_epoch=leader_epoch)))
+        offset += header.last_offset_delta + 1
+        pos += header.size
+    return out
 
 
 def _positions(headers: list[BatchHeader]) -> list[tuple[int, BatchHeader]]:

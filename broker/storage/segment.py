@@ -7,8 +7,10 @@ Rules:
 - Reads return whole batches only, each CRC-checked first: stored bytes that fail their checks raise
   CorruptLog and are never served.
 - Offsets are contiguous: the first batch starts at the base offset and each batch at the previous
-  one's next offset (epochlog has no compaction, so a gap can only be damage: base_offset lies
-  outside the CRC, and this is how a flipped offset is caught).
+  one's next offset, so a gap can only be damage (base_offset lies outside the CRC, and this is how
+  a flipped offset is caught). Except where `offset_gaps_allowed` (set by the Log of a compacted
+  partition, cleaner.py): there batches only have to start at or after the previous one's next
+  offset, as compaction removes whole batches.
 - `recover()` trusts nothing: it scans every batch from the start (structure, CRC, contiguous
   offsets), cuts the file at the first bad or torn batch and rebuilds both indexes.
 - `load()` is the clean-shutdown path: it trusts the log up to its size, checks the index files and
@@ -57,19 +59,24 @@ def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> N
 
 
 class Segment:
-    def __init__(self, directory: str, base_offset: int, config: LogConfig, now_ms: int) -> None:
+    def __init__(self, directory: str, base_offset: int, config: LogConfig, now_ms: int,
+                 file_suffix: str = "") -> None:
+        """file_suffix: added to the three file names (the cleaner writes `.cleaned` ones)."""
         self.base_offset = base_offset
         self.config = config
-        self.log_path = os.path.join(directory, segment_file_name(base_offset, LOG_SUFFIX))
+        self.log_path = os.path.join(directory,
+                                     segment_file_name(base_offset, LOG_SUFFIX) + file_suffix)
         self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.offset_index = OffsetIndex(
-            os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX)),
+            os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX) + file_suffix),
             base_offset, config.segment_index_bytes)
         self.time_index = TimeIndex(
-            os.path.join(directory, segment_file_name(base_offset, TIME_INDEX_SUFFIX)),
+            os.path.join(directory,
+                         segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix),
             base_offset, config.segment_index_bytes)
         self.created_ms = now_ms
         self.dirty = False  # written since the last fsync
+        self.offset_gaps_allowed = False  # see the module notes
         self._reset_stats()
 
     def _reset_stats(self) -> None:
@@ -209,7 +216,7 @@ class Segment:
                     break
                 if crc_of(chunk, pos, header.size) != header.crc:
                     raise CorruptBatch(f"CRC mismatch in batch at offset {header.base_offset}")
-                if header.base_offset != next_offset:  # base_offset lies outside the CRC
+                if not self._offset_fits(header.base_offset, next_offset):  # outside the CRC
                     raise CorruptBatch(f"batch at offset {header.base_offset} where "
                                        f"{next_offset} was expected")
                 next_offset = header.next_offset
@@ -321,11 +328,16 @@ class Segment:
 
     def _check_offsets(self, header: BatchHeader | None, next_offset: int) -> str | None:
         assert header is not None
-        if header.base_offset != next_offset:
+        if not self._offset_fits(header.base_offset, next_offset):
             return f"batch at offset {header.base_offset} where {next_offset} was expected"
         if not self.can_hold_offset(header.last_offset):
             return f"offset {header.last_offset} does not fit segment {self.base_offset}"
         return None
+
+    def _offset_fits(self, base_offset: int, next_offset: int) -> bool:
+        if self.offset_gaps_allowed:
+            return base_offset >= next_offset
+        return base_offset == next_offset
 
     # --- lifetime ---
 

@@ -217,7 +217,7 @@ def test_defaults_described_for_a_topic_without_settings(admin: AdminClient,
 @pytest.mark.parametrize("name, value", [("segment.bytes", "10"), ("retention.ms", "soon"),
                                          ("min.insync.replicas", "0"),
                                          ("unclean.leader.election.enable", "maybe"),
-                                         ("cleanup.policy", "compact")])
+                                         ("cleanup.policy", "shred")])
 def test_a_bad_setting_is_refused_naming_it(admin: AdminClient, cluster: Cluster, name: str,
                                             value: str) -> None:
     topic = f"bad-{name.replace('.', '-')}"

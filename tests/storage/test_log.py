@@ -285,7 +285,7 @@ def test_flush_job_does_not_move_recovery_point_across_a_truncation(tmp_path):
 
 @pytest.mark.parametrize("field, value", [
     ("segment_bytes", 5), ("retention_ms", -2), ("flush_messages", 0),
-    ("cleanup_policy", "compact"), ("segment_ms", "soon"),
+    ("cleanup_policy", "shred"), ("segment_ms", "soon"),
 ])
 def test_bad_settings_name_the_setting(field, value):
     with pytest.raises(LogConfigError, match=field):

@@ -1,0 +1,607 @@
+"""`GroupCoordinator`: the groups of the `__consumer_offsets` partitions this broker leads.
+
+Theory of operation
+-------------------
+A group belongs to partition `abs(java_hashcode(group_id)) % partitions` of `__consumer_offsets`
+(Kafka's rule, so Kafka's tools and ours agree), and its coordinator is that partition's leader.
+The replica manager tells us (`on_partition`, one of its `partition_listeners`) when we start or
+stop leading one:
+
+    leader at a new epoch   a `Shard` is made, LOADING: the partition's log is read from its log
+                            start to its end, the records replayed (offsets_log.py) into groups
+                            and committed offsets; requests for its groups meanwhile get
+                            COORDINATOR_LOAD_IN_PROGRESS. Then it is ACTIVE.
+    follower, offline, gone the shard is unloaded: parked JoinGroup/SyncGroup requests get
+                            NOT_COORDINATOR, as does everything that comes later, so clients
+                            look up the new coordinator.
+
+A leadership lost without a LeaderAndIsr (our generation ended: Partition.resign) is caught by
+`_shard`: a shard whose partition we no longer lead at its epoch is unloaded on first use, and by
+the timer loop.
+
+The group state machine (state.py) is synchronous; this module parks the requests it cannot
+answer yet as futures keyed by a token, resolves them from the state machine's `Reply` effects,
+and runs its `Store` effects: the record is appended to the partition through the leader's normal
+append, and the effect completes when the high watermark passes it (acks=all: replicated to the
+ISR), within `offsets_commit_timeout_ms`. OffsetCommit does the same with offset records and
+applies the offsets once replicated. Append errors map as Kafka's GroupMetadataManager maps them
+(NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR, NOT_ENOUGH_REPLICAS* -> COORDINATOR_NOT_AVAILABLE,
+size errors -> INVALID_COMMIT_OFFSET_SIZE, REQUEST_TIMED_OUT stays).
+
+One timer task sleeps until the earliest deadline of any group (state.Group.next_deadline), or
+until an operation wakes it, and ticks the groups that are due. Every wait is bounded.
+
+The offsets topic is created on the first FindCoordinator that finds it missing, through the
+controller as auto-creation does (`offsets_topic_num_partitions`,
+`offsets_topic_replication_factor`, cleanup.policy=compact; if the controller does not accept
+that setting yet, without it, with a warning).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from protocol.apis.create_topics import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from protocol.batch import CorruptBatch
+from protocol.error_codes import ErrorCode
+from protocol.records import build_batch, decode_batches
+
+from ..controller_link import ControllerUnavailable
+from ..handlers.produce import replication_error
+from ..partition import Partition
+from ..storage import StorageError
+from . import offsets_log
+from .state import (
+    CommittedOffset,
+    Effect,
+    Group,
+    GroupSettings,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    Reply,
+    Store,
+    SyncResult,
+    random_member_id,
+)
+
+log = logging.getLogger("epochlog.broker")
+E = ErrorCode
+
+OFFSETS_TOPIC = "__consumer_offsets"
+LOAD_READ_BYTES = 1 << 20  # bytes read from the log per step while loading
+CREATE_WAIT_MS_MAX = 2000  # how long FindCoordinator waits for the new topic to show up
+TICK_MS_MAX = 1000  # the timer loop looks at least this often (shards lost without a listener)
+PARK_MARGIN_MS = 30_000  # a parked join/sync waits at most its group timeout plus this
+OFFSETS_SEGMENT_BYTES = 100 << 20  # Kafka's offsets.topic.segment.bytes
+
+_COMMIT_ERRORS: dict[int, int] = {
+    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
+    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
+    E.MESSAGE_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
+    E.RECORD_LIST_TOO_LARGE: E.INVALID_COMMIT_OFFSET_SIZE,
+    E.INVALID_FETCH_SIZE: E.INVALID_COMMIT_OFFSET_SIZE,
+}
+_STORE_ERRORS: dict[int, int] = {**_COMMIT_ERRORS, E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+                 E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+                 E.INVALID_FETCH_SIZE: E.UNKNOWN_SERVER_ERROR}
+
+
+def java_string_hashcode(text: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, 32-bit signed arithmetic."""
+    h = 0
+    units = text.encode("utf-16-be")
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def partition_for(group_id: str, partitions: int) -> int:
+    """Kafka's Utils.abs(groupId.hashCode) % partitions (abs of MIN_VALUE is 0)."""
+    h = java_string_hashcode(group_id)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+def _forgettable(group: Group) -> bool:
+    """A group that never formed and holds nothing (e.g. a member id asked for and never
+    used): nothing was stored for it, so it is dropped from memory."""
+    return (group.state is GroupState.EMPTY and group.generation == 0 and not group.members
+            and not group.pending_members and not group.offsets)
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(frozen=True)
+class OffsetToCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str
+
+
+@dataclass(eq=False)
+class Shard:
+    """Our leadership of one offsets partition, at one leader epoch, and its groups."""
+
+    index: int
+    leader_epoch: int
+    loading: bool = True
+    groups: dict[str, Group] = field(default_factory=dict)
+
+
+@dataclass
+class Counters:
+    loads_total: int = 0
+    unloads_total: int = 0
+    commits_total: int = 0  # offsets committed (replicated)
+    commit_failures_total: int = 0
+    stores_total: int = 0
+    store_failures_total: int = 0
+    rebalances_total: int = 0  # join phases completed
+
+
+class GroupCoordinator:
+    def __init__(self, app: Any, *, clock: Callable[[], int] = monotonic_ms,
+                 wall_clock: Callable[[], int] = wall_clock_ms,
+                 new_member_id: Callable[[str], str] = random_member_id) -> None:
+        c = app.config
+        self.app = app
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.new_member_id = new_member_id
+        self.settings = GroupSettings(c.group_min_session_timeout_ms,
+                                      c.group_max_session_timeout_ms,
+                                      c.group_initial_rebalance_delay_ms)
+        self.shards: dict[int, Shard] = {}
+        self.counters = Counters()
+        self._waiting: dict[int, asyncio.Future[Any]] = {}
+        self._next_token = 0
+        self._wake = asyncio.Event()
+        self._creating: asyncio.Task[None] | None = None
+
+    # -------------------------------------------------------------------- partitions, shards
+    def partition_count(self) -> int:
+        known = self.app.metadata.topics.get(OFFSETS_TOPIC)
+        return len(known) if known else self.app.config.offsets_topic_num_partitions
+
+    def partition_for(self, group_id: str) -> int:
+        return partition_for(group_id, self.partition_count())
+
+    def on_partition(self, topic: str, index: int, partition: Partition | None) -> None:
+        """The replica manager applied a state of one of our partitions (None: gone)."""
+        if topic != OFFSETS_TOPIC:
+            return
+        shard = self.shards.get(index)
+        if partition is not None and partition.is_leader:
+            if shard is not None and shard.leader_epoch == partition.leader_epoch:
+                return  # an ISR change
+            if shard is not None:
+                self._unload(shard, "a new leader epoch")
+            shard = self.shards[index] = Shard(index, partition.leader_epoch)
+            self.app._spawn(self._load(shard, partition), f"load {OFFSETS_TOPIC}-{index}")
+        elif shard is not None:
+            self._unload(shard, "no longer the leader")
+
+    def _leading(self, shard: Shard) -> Partition | None:
+        p = self.app.replicas.get(OFFSETS_TOPIC, shard.index) if self.app.replicas else None
+        if p is None or not p.is_leader or p.leader_epoch != shard.leader_epoch:
+            return None
+        return p
+
+    def _shard(self, group_id: str) -> tuple[Shard | None, int]:
+        """The shard that holds group_id, or the error to answer."""
+        shard = self.shards.get(self.partition_for(group_id))
+        if shard is None:
+            return None, E.NOT_COORDINATOR
+        if self._leading(shard) is None:
+            self._unload(shard, "leadership lost")
+            return None, E.NOT_COORDINATOR
+        if shard.loading:
+            return None, E.COORDINATOR_LOAD_IN_PROGRESS
+        return shard, 0
+
+    def _unload(self, shard: Shard, why: str) -> None:
+        if self.shards.get(shard.index) is shard:
+            del self.shards[shard.index]
+        effects: list[Effect] = []
+        for group in shard.groups.values():
+            effects += group.unload(E.NOT_COORDINATOR)
+        self._run(shard, None, effects)
+        self.counters.unloads_total += 1
+        log.info("%s-%d: unloaded %d groups (leader epoch %d): %s", OFFSETS_TOPIC, shard.index,
+                 len(shard.groups), shard.leader_epoch, why)
+        shard.groups = {}
+
+    async def _load(self, shard: Shard, partition: Partition) -> None:
+        """Replay the partition's log into groups and offsets, a chunk at a time."""
+        started = self.clock()
+        the_log = partition.log
+        offset, end = the_log.log_start_offset, the_log.log_end_offset
+        snapshots: dict[str, Any] = {}
+        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
+        records = 0
+        while offset < end:
+            if self.shards.get(shard.index) is not shard:
+                return  # unloaded while loading
+            try:
+                data = the_log.read(max(offset, the_log.log_start_offset), LOAD_READ_BYTES,
+                                    offset_max=end)
+            except StorageError as exc:  # e.g. the log start moved past us: go on from it
+                log.warning("%s-%d: reading at %d while loading: %s", OFFSETS_TOPIC,
+                            shard.index, offset, exc)
+                offset = max(offset + 1, the_log.log_start_offset)
+                continue
+            if not data:
+                break
+            try:
+                batches = decode_batches(data)
+            except CorruptBatch as exc:
+                log.error("%s-%d: the batch at offset %d does not decode, loading stops there: "
+                          "%s", OFFSETS_TOPIC, shard.index, offset, exc)
+                break
+            for header, batch in batches:
+                offset = max(offset, header.next_offset)
+                if header.is_control:
+                    continue
+                for r in batch:
+                    records += 1
+                    try:
+                        parsed = offsets_log.parse(r.key, r.value, r.offset)
+                    except offsets_log.BadRecord as exc:
+                        log.error("%s-%d: skipped: %s", OFFSETS_TOPIC, shard.index, exc)
+                        continue
+                    if isinstance(parsed, offsets_log.GroupRecord):
+                        snapshots[parsed.group_id] = parsed.snapshot
+                    elif parsed is not None:
+                        offsets.setdefault(parsed.group_id, {})[
+                            (parsed.topic, parsed.partition)] = parsed.committed
+            await asyncio.sleep(0)  # let other requests in between chunks
+        if self.shards.get(shard.index) is not shard:
+            return
+        now = self.clock()
+        for group_id in snapshots.keys() | offsets.keys():
+            snap = snapshots.get(group_id)
+            group = (Group.from_snapshot(snap, self.settings, now, self.new_member_id)
+                     if snap is not None else Group(group_id, self.settings, self.new_member_id))
+            for tp, committed in offsets.get(group_id, {}).items():
+                if committed is not None:
+                    group.offsets[tp] = committed
+            if group.members or group.offsets or snap is not None:
+                shard.groups[group_id] = group
+        shard.loading = False
+        self.counters.loads_total += 1
+        self._wake.set()
+        log.info("%s-%d: loaded %d groups from %d records (offsets %d-%d) at leader epoch %d "
+                 "in %d ms", OFFSETS_TOPIC, shard.index, len(shard.groups), records,
+                 partition.log.log_start_offset, end, shard.leader_epoch, self.clock() - started)
+
+    # ---------------------------------------------------------------------------- effects
+    def _park(self) -> tuple[int, asyncio.Future[Any]]:
+        self._next_token += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._waiting[self._next_token] = future
+        return self._next_token, future
+
+    async def _wait(self, token: int, future: asyncio.Future[Any], timeout_ms: int,
+                    on_timeout: Any) -> Any:
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await future
+        except TimeoutError:
+            return on_timeout
+        finally:
+            self._waiting.pop(token, None)
+
+    def _run(self, shard: Shard, group: Group | None, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Reply):
+                if isinstance(effect.result, JoinResult) and effect.result.error == 0 \
+                        and effect.result.members:
+                    self.counters.rebalances_total += 1
+                future = self._waiting.pop(effect.token, None)
+                if future is not None and not future.done():
+                    future.set_result(effect.result)
+            elif group is not None:
+                self.app._spawn(self._store(shard, group, effect),
+                                f"store group {group.group_id}")
+        self._wake.set()
+
+    async def _store(self, shard: Shard, group: Group, store: Store) -> None:
+        key = offsets_log.group_key(group.group_id)
+        value = offsets_log.group_value(store.snapshot, self.wall_clock())
+        error, _ = await self._append(shard, [(key, value)], _STORE_ERRORS)
+        self.counters.stores_total += 1
+        if error:
+            self.counters.store_failures_total += 1
+        if self.shards.get(shard.index) is shard and shard.groups.get(group.group_id) is group:
+            self._run(shard, group, group.stored(self.clock(), store, error))
+
+    async def _append(self, shard: Shard, records: Sequence[tuple[bytes, bytes | None]],
+                      errors: dict[int, int]) -> tuple[int, int]:
+        """Append records to the shard's partition and wait until they are replicated:
+        (error, offset of the first record)."""
+        partition = self._leading(shard)
+        if partition is None:
+            return E.NOT_COORDINATOR, -1
+        if len(partition.isr) < partition.min_insync_replicas:
+            return errors[E.NOT_ENOUGH_REPLICAS], -1
+        now = self.wall_clock()
+        batch = build_batch([(k, v, None, now) for k, v in records])
+        try:
+            info = partition.append_as_leader(batch)
+        except StorageError as exc:
+            return errors.get(exc.error_code, exc.error_code), -1
+        app = self.app
+        tp = (OFFSETS_TOPIC, shard.index)
+        app.replicas.poke(tp)
+        epoch = partition.leader_epoch
+        await app.replicas.produce_purgatory.wait_until(
+            [tp], lambda: replication_error(app, partition, epoch, info.last_offset) is not None,
+            app.config.offsets_commit_timeout_ms)
+        error = replication_error(app, partition, epoch, info.last_offset)
+        if error is None:
+            return E.REQUEST_TIMED_OUT, info.first_offset
+        return errors.get(error, error), info.first_offset
+
+    # ---------------------------------------------------------------------------- timers
+    async def run(self) -> None:
+        """Tick groups when their earliest deadline comes (or at least every TICK_MS_MAX)."""
+        while True:
+            now = self.clock()
+            deadline = now + TICK_MS_MAX
+            for shard in list(self.shards.values()):
+                if self._leading(shard) is None:
+                    self._unload(shard, "leadership lost")
+                    continue
+                for group in list(shard.groups.values()):
+                    if _forgettable(group):
+                        del shard.groups[group.group_id]
+                        continue
+                    due = group.next_deadline()
+                    if due is not None and due <= now:
+                        self._run(shard, group, group.tick(now))
+                        due = group.next_deadline()
+                    if due is not None:
+                        deadline = min(deadline, due)
+            self._wake.clear()
+            try:
+                async with asyncio.timeout(max(deadline - self.clock(), 1) / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+
+    def close(self) -> None:
+        for shard in list(self.shards.values()):
+            self._unload(shard, "broker stopping")
+
+    # ----------------------------------------------------------------- FindCoordinator
+    async def find(self, key: str, listener: str) -> tuple[int, int, str, int]:
+        """(error, node id, host, port) of the group's coordinator."""
+        md = self.app.metadata
+        if not md.has_topic(OFFSETS_TOPIC):
+            self._create_offsets_topic()
+            await self._wait_for(lambda: self._leader_of(key) is not None)
+        leader = self._leader_of(key)
+        if leader is None:
+            return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
+        host, port = md.brokers[leader].endpoint(listener)
+        return 0, leader, host, port
+
+    def _leader_of(self, key: str) -> int | None:
+        md = self.app.metadata
+        parts = md.topics.get(OFFSETS_TOPIC)
+        if not parts:
+            return None
+        info = parts.get(partition_for(key, len(parts)))
+        if info is None or info.leader < 0 or info.leader not in md.brokers:
+            return None
+        return info.leader
+
+    async def _wait_for(self, done: Callable[[], bool]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + CREATE_WAIT_MS_MAX / 1000
+        while not done():
+            remaining_ms = int((deadline - loop.time()) * 1000)
+            if remaining_ms <= 0 or not await self.app.metadata.changed(remaining_ms):
+                return
+
+    def _create_offsets_topic(self) -> None:
+        if self._creating is None or self._creating.done():
+            self._creating = asyncio.get_running_loop().create_task(self._create())
+
+    async def _create(self) -> None:
+        c = self.app.config
+        configs = [("cleanup.policy", "compact"), ("segment.bytes", str(OFFSETS_SEGMENT_BYTES))]
+        for attempt in (configs, configs[1:]):
+            request = CreateTopicsRequest(timeout_ms=CREATE_WAIT_MS_MAX, topics=[CreatableTopic(
+                name=OFFSETS_TOPIC, num_partitions=c.offsets_topic_num_partitions,
+                replication_factor=c.offsets_topic_replication_factor,
+                configs=[CreatableTopicConfig(name=k, value=v) for k, v in attempt])])
+            try:
+                answer = await self.app.controller.forward(19, None, request)
+            except ControllerUnavailable as exc:
+                log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
+                return
+            result = answer.topics[0]
+            if result.error_code == 0:
+                log.info("created %s (%d partitions, replication factor %d, %s)", OFFSETS_TOPIC,
+                         result.num_partitions, result.replication_factor,
+                         ", ".join(f"{k}={v}" for k, v in attempt))
+                return
+            if result.error_code == E.TOPIC_ALREADY_EXISTS:
+                return
+            if result.error_code != E.INVALID_CONFIG or attempt is not configs:
+                log.warning("creating %s refused: %s %s", OFFSETS_TOPIC, result.error_code,
+                            result.error_message or "")
+                return
+            log.warning("creating %s with cleanup.policy=compact refused (%s): creating it "
+                        "without compaction", OFFSETS_TOPIC, result.error_message or "")
+
+    # ----------------------------------------------------------------- membership APIs
+    async def join(self, group_id: str, req: JoinRequest) -> JoinResult:
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return JoinResult(error, member_id=req.member_id)
+        group = shard.groups.get(group_id)
+        if group is None:
+            if req.member_id:
+                return JoinResult(E.UNKNOWN_MEMBER_ID, member_id=req.member_id)
+            group = shard.groups[group_id] = Group(group_id, self.settings, self.new_member_id)
+        token, future = self._park()
+        self._run(shard, group, group.join(self.clock(), req, token))
+        limit = (max(req.rebalance_timeout_ms, req.session_timeout_ms)
+                 + self.settings.initial_rebalance_delay_ms + PARK_MARGIN_MS)
+        return await self._wait(token, future, limit,
+                                JoinResult(E.REBALANCE_IN_PROGRESS, member_id=req.member_id))
+
+    async def sync(self, group_id: str, generation: int, member_id: str,
+                   instance_id: str | None, protocol_type: str | None,
+                   protocol_name: str | None,
+                   assignments: Sequence[tuple[str, bytes]]) -> SyncResult:
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return SyncResult(error)
+        group = shard.groups.get(group_id)
+        if group is None:
+            return SyncResult(E.UNKNOWN_MEMBER_ID)
+        member = group.members.get(member_id)
+        token, future = self._park()
+        self._run(shard, group, group.sync(self.clock(), generation, member_id, instance_id,
+                                           protocol_type, protocol_name, assignments, token))
+        limit = (member.rebalance_timeout_ms if member else 0) + PARK_MARGIN_MS
+        return await self._wait(token, future, limit, SyncResult(E.REBALANCE_IN_PROGRESS))
+
+    def heartbeat(self, group_id: str, generation: int, member_id: str,
+                  instance_id: str | None) -> int:
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return error
+        group = shard.groups.get(group_id)
+        if group is None:
+            return E.UNKNOWN_MEMBER_ID
+        error = group.heartbeat(self.clock(), generation, member_id, instance_id)
+        self._wake.set()
+        return error
+
+    def leave(self, group_id: str, members: Sequence[tuple[str, str | None]]
+              ) -> tuple[int, list[int]]:
+        """(top-level error, per-member errors)."""
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return error, [error] * len(members)
+        group = shard.groups.get(group_id)
+        if group is None:
+            return 0, [E.UNKNOWN_MEMBER_ID] * len(members)
+        errors, effects = group.leave(self.clock(), members)
+        self._run(shard, group, effects)
+        return 0, errors
+
+    # ------------------------------------------------------------------------ offsets
+    async def commit(self, group_id: str, generation: int, member_id: str,
+                     instance_id: str | None, offsets: Sequence[OffsetToCommit]
+                     ) -> dict[tuple[str, int], int]:
+        """OffsetCommit: an error code per (topic, partition)."""
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return {(o.topic, o.partition): error for o in offsets}
+        group = shard.groups.get(group_id)
+        if group is None:
+            # Kafka: a group it does not know takes commits only from simple consumers.
+            error = E.ILLEGAL_GENERATION if generation >= 0 else 0
+        else:
+            error = group.commit_error(self.clock(), generation, member_id, instance_id)
+        if error:
+            return {(o.topic, o.partition): error for o in offsets}
+        if group is None:
+            group = shard.groups[group_id] = Group(group_id, self.settings, self.new_member_id)
+        results: dict[tuple[str, int], int] = {}
+        valid: list[OffsetToCommit] = []
+        for o in offsets:
+            tp = (o.topic, o.partition)
+            if len(o.metadata.encode()) > self.app.config.offset_metadata_max_bytes:
+                results[tp] = E.OFFSET_METADATA_TOO_LARGE
+            elif self.app.metadata.partition(o.topic, o.partition) is None:
+                results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                valid.append(o)
+        if not valid:
+            return results
+        now = self.wall_clock()
+        committed = [CommittedOffset(o.offset, o.leader_epoch, o.metadata, now) for o in valid]
+        records = [(offsets_log.offset_key(group_id, o.topic, o.partition),
+                    offsets_log.offset_value(c)) for o, c in zip(valid, committed)]
+        error, first = await self._append(shard, records, _COMMIT_ERRORS)
+        if error:
+            self.counters.commit_failures_total += len(valid)
+        elif self.shards.get(shard.index) is shard:
+            # The group as it is now (an empty one may have been dropped meanwhile).
+            group = shard.groups.setdefault(group_id, group)
+            for i, (o, c) in enumerate(zip(valid, committed)):
+                group.apply_offset((o.topic, o.partition), replace(c, record_offset=first + i),
+                                   first + i)
+            self.counters.commits_total += len(valid)
+        for o in valid:
+            results[(o.topic, o.partition)] = error
+        return results
+
+    def fetch_offsets(self, group_id: str, wanted: Sequence[tuple[str, int]] | None
+                      ) -> tuple[int, dict[tuple[str, int], CommittedOffset | None]]:
+        """OffsetFetch: (error, committed offset per partition; None: none committed).
+        wanted None: every partition the group committed."""
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return error, {}
+        group = shard.groups.get(group_id)
+        stored = group.offsets if group is not None else {}
+        if wanted is None:
+            return 0, dict(stored)
+        return 0, {tp: stored.get(tp) for tp in wanted}
+
+    def describe(self, group_id: str) -> tuple[int, Group | None]:
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return error, None
+        return 0, shard.groups.get(group_id)
+
+    def list_groups(self) -> tuple[int, list[Group]]:
+        groups: list[Group] = []
+        error = 0
+        for shard in list(self.shards.values()):
+            if self._leading(shard) is None:
+                self._unload(shard, "leadership lost")
+            elif shard.loading:
+                error = E.COORDINATOR_LOAD_IN_PROGRESS
+            else:
+                groups += shard.groups.values()
+        return error, groups
+
+    # ------------------------------------------------------------------------ metrics
+    def group_counts(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for shard in list(self.shards.values()):
+            for group in list(shard.groups.values()):
+                counts[group.state.value] = counts.get(group.state.value, 0) + 1
+        return counts
+
+    def member_count(self) -> int:
+        return sum(len(g.members) for s in list(self.shards.values())
+                   for g in list(s.groups.values()))

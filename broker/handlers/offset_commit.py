@@ -1,0 +1,53 @@
+"""OffsetCommit (key 8), versions 2-8.
+
+v2-4 carry a retention time (ignored: offsets are kept until a tombstone, no expiry yet); v3
+throttle time; v6 committed_leader_epoch (KIP-320), stored with the offset (offsets value schema
+v3) and given back by OffsetFetch v5+; v7 group_instance_id; v8 is flexible.
+
+A commit from a member is checked against the group (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION,
+REBALANCE_IN_PROGRESS, FENCED_INSTANCE_ID); generation -1 with an empty or unknown group is a
+simple consumer's (kcat, assign() + commit) and is accepted, as Kafka does. The offsets are
+appended to the group's `__consumer_offsets` partition and answered once replicated to the ISR
+(broker/groups/coordinator.py maps the append's errors as Kafka does). Per partition:
+OFFSET_METADATA_TOO_LARGE past offset_metadata_max_bytes, UNKNOWN_TOPIC_OR_PARTITION for a
+partition the cluster does not have.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis.offset_commit import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetCommitResponsePartition,
+    OffsetCommitResponseTopic,
+)
+from protocol.error_codes import ErrorCode
+
+from ..groups.coordinator import OffsetToCommit
+from . import register
+from ._groups import instance_id
+
+
+async def handle(ctx: Any, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    v = ctx.version
+    offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
+                              p.committed_leader_epoch if v >= 6 else -1,
+                              p.committed_metadata or "")
+               for t in request.topics for p in t.partitions]
+    if not request.group_id:
+        errors = {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID for o in offsets}
+    else:
+        errors = await ctx.app.groups.commit(
+            request.group_id, request.generation_id_or_member_epoch, request.member_id,
+            instance_id(ctx, request.group_instance_id, 7), offsets)
+    return OffsetCommitResponse(topics=[
+        OffsetCommitResponseTopic(name=t.name, partitions=[
+            OffsetCommitResponsePartition(partition_index=p.partition_index,
+                                          error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions])
+        for t in request.topics])
+
+
+register(8, 2, 8, handle)

@@ -1,0 +1,50 @@
+"""OffsetFetch (key 9), versions 1-7.
+
+v1 errors per partition only; v2 adds the top-level error and null topics (every partition the
+group committed); v3 throttle time; v5 committed_leader_epoch (KIP-320: the epoch committed with
+the offset, -1 if none); v6 is flexible; v7 require_stable (no transactions here, so every
+committed offset is stable). A partition without a committed offset answers offset -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from protocol.apis.offset_fetch import (
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    OffsetFetchResponsePartition,
+    OffsetFetchResponseTopic,
+)
+from protocol.error_codes import ErrorCode
+
+from . import register
+
+
+async def handle(ctx: Any, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    v = ctx.version
+    wanted = None if request.topics is None else [
+        (t.name, p) for t in request.topics for p in t.partition_indexes]
+    if not request.group_id:
+        error, found = ErrorCode.INVALID_GROUP_ID, {}
+    else:
+        error, found = ctx.app.groups.fetch_offsets(request.group_id, wanted)
+    if error:
+        found = dict.fromkeys(wanted or [])
+    by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
+    for (topic, partition), committed in sorted(found.items()):
+        answer = OffsetFetchResponsePartition(partition_index=partition, committed_offset=-1,
+                                              committed_leader_epoch=-1, metadata="",
+                                              error_code=error if v < 2 else 0)
+        if committed is not None:
+            answer.committed_offset = committed.offset
+            answer.committed_leader_epoch = committed.leader_epoch if v >= 5 else -1
+            answer.metadata = committed.metadata
+        by_topic.setdefault(topic, []).append(answer)
+    return OffsetFetchResponse(
+        error_code=error,
+        topics=[OffsetFetchResponseTopic(name=name, partitions=parts)
+                for name, parts in by_topic.items()])
+
+
+register(9, 1, 7, handle)

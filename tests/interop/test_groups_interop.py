@@ -1,0 +1,221 @@
+"""Consumer groups of real clients nobody here wrote, against epochlog's group coordinator.
+
+For each of kafka-python, confluent-kafka (librdkafka) and aiokafka: a consumer in a group reads
+what is in a topic, commits, and leaves; more records are written; a new consumer of the same
+client in the same group reads exactly those new records (its position came from the commit:
+nothing lost, nothing read twice). Then two different clients share one group (kafka-python with
+confluent-kafka on "range", aiokafka with confluent-kafka on "roundrobin": the protocol names
+they have in common): each gets a disjoint part of the partitions, together all of them, and
+every record is read exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from tests.broker.cluster import WAIT_S, Cluster
+
+confluent = pytest.importorskip("confluent_kafka")
+kafka = pytest.importorskip("kafka")
+aiokafka = pytest.importorskip("aiokafka")
+
+BROKER_ARGS = ("--set", "offsets_topic_num_partitions=5",
+               "--set", "group_initial_rebalance_delay_ms=0",
+               "--set", "group_min_session_timeout_ms=1000")
+PARTITIONS = 4
+BATCH = 200
+POLL_S = 0.1
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory):
+    with Cluster(tmp_path_factory.mktemp("groups-interop"), brokers=3,
+                 broker_args=BROKER_ARGS) as c:
+        yield c
+
+
+def produce(cluster: Cluster, topic: str, first: int, count: int) -> set[bytes]:
+    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
+                                   "linger.ms": 5})
+    values = [f"{topic}-{i}".encode() for i in range(first, first + count)]
+    for i, value in enumerate(values):
+        producer.produce(topic, value=value, key=str(first + i).encode())
+    assert producer.flush(WAIT_S) == 0
+    return set(values)
+
+
+def until(what: str, done: Callable[[], bool], step: Callable[[], None]) -> None:
+    deadline = time.monotonic() + WAIT_S * 2
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        step()
+
+
+# ------------------------------------------------------------------------------- the clients
+class KafkaPython:
+    name = "kafka-python"
+
+    def __init__(self, cluster: Cluster, topic: str, group: str, **kw: Any) -> None:
+        self.c = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                                     auto_offset_reset="earliest", enable_auto_commit=False,
+                                     session_timeout_ms=6000, heartbeat_interval_ms=500, **kw)
+
+    def poll(self) -> list[tuple[int, bytes]]:
+        got = self.c.poll(timeout_ms=int(POLL_S * 1000))
+        return [(r.partition, r.value) for records in got.values() for r in records]
+
+    def assigned(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self) -> None:
+        self.c.commit()
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class Confluent:
+    name = "confluent-kafka"
+
+    def __init__(self, cluster: Cluster, topic: str, group: str, strategy: str = "range"
+                 ) -> None:
+        self.c = confluent.Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group,
+                                     "auto.offset.reset": "earliest",
+                                     "enable.auto.commit": False,
+                                     "partition.assignment.strategy": strategy,
+                                     "session.timeout.ms": 6000,
+                                     "heartbeat.interval.ms": 500})
+        self.c.subscribe([topic])
+
+    def poll(self) -> list[tuple[int, bytes]]:
+        out = []
+        for m in self.c.consume(500, POLL_S):
+            if m.error() is None:
+                out.append((m.partition(), m.value()))
+        return out
+
+    def assigned(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self) -> None:
+        try:
+            self.c.commit(asynchronous=False)
+        except confluent.KafkaException as exc:
+            if exc.args[0].code() != confluent.KafkaError._NO_OFFSET:
+                raise
+
+    def close(self) -> None:
+        self.c.close()
+
+
+class AioKafka:
+    """aiokafka driven from sync code: its own event loop, run a step at a time."""
+
+    name = "aiokafka"
+
+    def __init__(self, cluster: Cluster, topic: str, group: str) -> None:
+        self.loop = asyncio.new_event_loop()
+
+        async def start() -> Any:
+            consumer = aiokafka.AIOKafkaConsumer(
+                topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+                auto_offset_reset="earliest", enable_auto_commit=False,
+                session_timeout_ms=6000, heartbeat_interval_ms=500)
+            await consumer.start()
+            return consumer
+
+        self.c = self.loop.run_until_complete(start())
+
+    def poll(self) -> list[tuple[int, bytes]]:
+        got = self.loop.run_until_complete(self.c.getmany(timeout_ms=int(POLL_S * 1000)))
+        return [(r.partition, r.value) for records in got.values() for r in records]
+
+    def assigned(self) -> set[int]:
+        return {tp.partition for tp in self.c.assignment()}
+
+    def commit(self) -> None:
+        self.loop.run_until_complete(self.c.commit())
+
+    def close(self) -> None:
+        try:
+            self.loop.run_until_complete(self.c.stop())
+        finally:
+            self.loop.close()
+
+
+CLIENTS = {"kafka-python": KafkaPython, "confluent-kafka": Confluent, "aiokafka": AioKafka}
+
+
+def read_exactly(consumer: Any, expected: set[bytes]) -> None:
+    """Read until every expected value came; none may come twice or be unexpected."""
+    got: list[bytes] = []
+    until(f"{consumer.name} to read {len(expected)} records",
+          lambda: len(got) >= len(expected), lambda: got.extend(v for _, v in consumer.poll()))
+    for _ in range(3):  # a little longer: anything extra would be a re-read
+        got.extend(v for _, v in consumer.poll())
+    assert len(got) == len(set(got)), f"{consumer.name} read records twice"
+    assert set(got) == expected
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_group_commits_and_a_new_consumer_resumes(cluster: Cluster, client: str) -> None:
+    topic, group = f"resume-{client}", f"group-{client}"
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    first = produce(cluster, topic, 0, BATCH)
+    consumer = CLIENTS[client](cluster, topic, group)
+    try:
+        read_exactly(consumer, first)
+        assert consumer.assigned() == set(range(PARTITIONS))
+        consumer.commit()
+    finally:
+        consumer.close()
+    second = produce(cluster, topic, BATCH, BATCH)
+    resumed = CLIENTS[client](cluster, topic, group)
+    try:
+        read_exactly(resumed, second)
+    finally:
+        resumed.close()
+
+
+@pytest.mark.parametrize("pair, strategy", [(("kafka-python", "confluent-kafka"), "range"),
+                                            (("aiokafka", "confluent-kafka"), "roundrobin")])
+def test_two_clients_share_one_group(cluster: Cluster, pair: tuple[str, str],
+                                     strategy: str) -> None:
+    topic, group = f"mixed-{pair[0]}", f"mixed-{pair[0]}-group"
+    cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
+    a = CLIENTS[pair[0]](cluster, topic, group)
+    b = Confluent(cluster, topic, group, strategy=strategy)
+    try:
+        def both_polled() -> None:
+            a.poll()
+            b.poll()
+
+        until("both members to be assigned all partitions between them",
+              lambda: (bool(a.assigned()) and bool(b.assigned())
+                       and a.assigned() | b.assigned() == set(range(PARTITIONS))
+                       and not a.assigned() & b.assigned()), both_polled)
+        sent = produce(cluster, topic, 0, BATCH)
+        got: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
+
+        def both_read() -> None:
+            got["a"] += a.poll()
+            got["b"] += b.poll()
+
+        until("the records to be read", lambda: len(got["a"]) + len(got["b"]) >= BATCH,
+              both_read)
+        values = [v for records in got.values() for _, v in records]
+        assert len(values) == len(set(values)) == BATCH and set(values) == sent
+        assert {p for p, _ in got["a"]} <= a.assigned()
+        assert {p for p, _ in got["b"]} <= b.assigned()
+        assert got["a"] and got["b"], "both members should have read a share"
+        a.commit()
+        b.commit()
+    finally:
+        a.close()
+        b.close()
+
