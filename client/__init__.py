@@ -1,1 +1,20 @@
-"""epochlog's asyncio client library. Its connection layer (client.connection) is shared with brokers and the controller."""
+"""epochlog's asyncio client library: Producer, Consumer and Admin, against epochlog or any Kafka.
+
+    from client import Producer, Consumer, Admin, TopicPartition, LogTruncationError
+
+Its connection layer (client.connection) is also shared with brokers and the controller.
+"""
+
+from .admin import Admin
+from .consumer import Consumer
+from .errors import (BufferFullError, FencedLeaderEpochError, KafkaConnectionError, KafkaError,
+                     KafkaTimeoutError, LogTruncationError, NotLeaderOrFollowerError,
+                     ProducerClosedError, RecordTooLargeError, UnknownLeaderEpochError,
+                     error_class)
+from .producer import DeliveryFuture, Producer
+from .types import RecordMetadata, TopicPartition
+
+__all__ = ["Admin", "BufferFullError", "Consumer", "DeliveryFuture", "FencedLeaderEpochError",
+           "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "LogTruncationError",
+           "NotLeaderOrFollowerError", "Producer", "ProducerClosedError", "RecordMetadata",
+           "RecordTooLargeError", "TopicPartition", "UnknownLeaderEpochError", "error_class"]

@@ -3,13 +3,30 @@
 `ClusterClient` knows which broker leads which partition (from Metadata, refreshed on demand) and
 sends a request to a given broker, opening connections lazily and at most one per broker. It
 never lets an older partition view (lower leader epoch) replace a newer one, so a lagging broker's
-answer cannot send us back to a deposed leader (KIP-320). The command-line tools use it today; the
+answer cannot send us back to a deposed leader (KIP-320). The command-line tools use it; the
 producer, consumer and admin of the client library build on it.
+
+Metadata cache rules
+--------------------
+- A partition view is replaced only by one with the same or a higher leader epoch.
+- A refresh is *requested* by whoever saw metadata go stale (NOT_LEADER_OR_FOLLOWER,
+  FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, a dead connection): `request_update()`. The request
+  is served by `maybe_update()` no sooner than `retry_backoff_ms` after the previous refresh, so
+  a storm of errors costs one Metadata request per backoff, not one per error.
+- Without errors, metadata is refreshed every `metadata_max_age_ms`, less up to 20% of jitter, so
+  that many clients started together do not refresh together.
+
+Reconnects: a broker whose connection failed is not dialled again before its backoff has passed
+(`reconnect_backoff_ms`, doubling per consecutive failure up to `reconnect_backoff_max_ms`);
+`connection()` raises `NodeNotReady` meanwhile, so callers move on instead of blocking.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import random
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +38,17 @@ from protocol.schema import Message
 from .connection import Connection
 
 CONNECT_ATTEMPTS_MAX = 3
+RETRY_BACKOFF_MS_DEFAULT = 100
+RECONNECT_BACKOFF_MS_DEFAULT = 50
+RECONNECT_BACKOFF_MAX_MS_DEFAULT = 1000
+METADATA_MAX_AGE_MS_DEFAULT = 300_000
+METADATA_AGE_JITTER = 0.2  # periodic refreshes come up to 20% early
+
+log = logging.getLogger("epochlog.cluster")
+
+
+class NodeNotReady(ConnectionError):
+    """The broker's last connection attempt failed and its reconnect backoff has not passed."""
 
 
 class KafkaError(Exception):
@@ -63,10 +91,26 @@ def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
 
 class ClusterClient:
     def __init__(self, bootstrap: str, *, client_id: str = "epochlog",
-                 request_timeout_ms: int = 30_000) -> None:
+                 request_timeout_ms: int = 30_000,
+                 retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
+                 reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
+                 reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
+                 metadata_max_age_ms: int = METADATA_MAX_AGE_MS_DEFAULT,
+                 in_flight_max: int | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
+        self.retry_backoff_ms = retry_backoff_ms
+        self.reconnect_backoff_ms = reconnect_backoff_ms
+        self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
+        self.metadata_max_age_ms = metadata_max_age_ms
+        self.in_flight_max = in_flight_max
+        # node id -> (consecutive connect failures, monotonic time before which we do not dial)
+        self._node_backoff: dict[int, tuple[int, float]] = {}
+        self._update_requested = False
+        self._last_refresh = -float("inf")
+        self._next_periodic = 0.0
+        self.refreshes = 0  # Metadata requests answered, for tests and counters
         self.brokers: dict[int, BrokerAddress] = {}
         self.partitions: dict[tuple[str, int], PartitionView] = {}
         self.topic_errors: dict[str, int] = {}
@@ -89,8 +133,9 @@ class ClusterClient:
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
     async def _connect(self, host: str, port: int) -> Connection:
+        extra = {} if self.in_flight_max is None else {"in_flight_max": self.in_flight_max}
         return await Connection(host, port, client_id=self.client_id,
-                                request_timeout_ms=self.request_timeout_ms).connect()
+                                request_timeout_ms=self.request_timeout_ms, **extra).connect()
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one if we have any, else a bootstrap server."""
@@ -100,26 +145,88 @@ class ClusterClient:
         if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
             return self._bootstrap_conn
         errors = []
-        for host, port in self.bootstrap:
+        candidates = list(self.bootstrap)  # then brokers learnt since, if bootstrap ones died
+        candidates += [(b.host, b.port) for b in self.brokers.values()
+                       if (b.host, b.port) not in candidates]
+        for host, port in candidates:
             try:
                 self._bootstrap_conn = await self._connect(host, port)
                 return self._bootstrap_conn
-            except (OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, OSError) as exc:
                 errors.append(f"{host}:{port}: {exc}")
-        raise ConnectionError("no bootstrap server answered: " + "; ".join(errors))
+        raise ConnectionError("no broker answered: " + "; ".join(errors))
 
     async def connection(self, node_id: int) -> Connection:
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
+        failures, not_before = self._node_backoff.get(node_id, (0, 0.0))
+        if time.monotonic() < not_before:
+            raise NodeNotReady(f"broker {node_id}: reconnect backoff after {failures} failed "
+                               "attempt(s)")
         address = self.brokers.get(node_id)
         if address is None:
             await self.refresh()
             address = self.brokers.get(node_id)
             if address is None:
                 raise ConnectionError(f"broker {node_id} is not in the cluster's metadata")
-        self._conns[node_id] = await self._connect(address.host, address.port)
-        return self._conns[node_id]
+        try:
+            conn = await self._connect(address.host, address.port)
+        except (TimeoutError, OSError) as exc:
+            self.node_failed(node_id)
+            raise ConnectionError(f"broker {node_id} at {address.host}:{address.port}: "
+                                  f"{exc or type(exc).__name__}") from exc
+        self._node_backoff.pop(node_id, None)
+        other = self._conns.get(node_id)
+        if other is not None and not other.closed:  # a concurrent call dialled too: keep one
+            await conn.close()
+            return other
+        self._conns[node_id] = conn
+        return conn
+
+    def node_failed(self, node_id: int) -> None:
+        """A connection to node_id failed: back off before dialling again, and ask for metadata
+        (the broker may be gone or no longer lead what we think)."""
+        failures = self._node_backoff.get(node_id, (0, 0.0))[0] + 1
+        delay_ms = min(self.reconnect_backoff_ms * 2 ** min(failures - 1, 16),
+                       self.reconnect_backoff_max_ms)
+        delay_ms *= 1 + random.uniform(-METADATA_AGE_JITTER, METADATA_AGE_JITTER)
+        self._node_backoff[node_id] = (failures, time.monotonic() + delay_ms / 1000)
+        if failures == 1:
+            log.info("broker %d unreachable; reconnecting with backoff", node_id)
+        self.request_update()
+
+    def node_ready(self, node_id: int) -> bool:
+        """Whether a request to node_id may be tried now (connected, or past its backoff)."""
+        conn = self._conns.get(node_id)
+        if conn is not None and not conn.closed:
+            return True
+        return time.monotonic() >= self._node_backoff.get(node_id, (0, 0.0))[1]
+
+    # ---------------------------------------------------------------- metadata freshness
+    def request_update(self) -> None:
+        """Ask for a metadata refresh; maybe_update() sends it once the backoff allows."""
+        self._update_requested = True
+
+    @property
+    def update_requested(self) -> bool:
+        return self._update_requested
+
+    def update_due_in(self) -> float:
+        """Seconds until maybe_update() would refresh (0: now)."""
+        now = time.monotonic()
+        periodic = self._next_periodic - now
+        if self._update_requested:
+            return max(0.0, min(periodic, self._last_refresh + self.retry_backoff_ms / 1000 - now))
+        return max(0.0, periodic)
+
+    async def maybe_update(self, topics: list[str] | None = None) -> bool:
+        """Refresh when one was requested and the backoff has passed, or when the metadata is
+        older than metadata_max_age_ms (with jitter). Whether a refresh was made."""
+        if self.update_due_in() > 0:
+            return False
+        await self.refresh(topics)
+        return True
 
     async def request(self, conn: Connection, key: int, message: Message) -> Any:
         api = APIS[key]
@@ -134,7 +241,12 @@ class ClusterClient:
         request = MetadataRequest(
             topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=auto_create)
+        self._last_refresh = time.monotonic()  # a failed attempt also waits out the backoff
         answer: MetadataResponse = await self.request(await self.any_connection(), 3, request)
+        self._update_requested = False
+        self.refreshes += 1
+        jitter = 1 - random.uniform(0, METADATA_AGE_JITTER)
+        self._next_periodic = self._last_refresh + self.metadata_max_age_ms / 1000 * jitter
         self.brokers = {b.node_id: BrokerAddress(b.node_id, b.host, b.port, b.rack)
                         for b in answer.brokers}
         self.controller_id = answer.controller_id

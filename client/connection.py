@@ -8,6 +8,19 @@ whole frames off the socket and resolves the head of the queue, checking the cor
 request that gets no answer in time leaves the stream in an unknown state, so a timeout closes the
 connection and fails everything still waiting on it (what Kafka's own clients do).
 
+Reading: the connection is an asyncio BufferedProtocol. The loop receives straight into buffers a
+`protocol.frames.FrameReceiver` hands out: small answers land in its scratch buffer, and a large
+one (a Fetch answer of a megabyte) gets its own bytearray that the kernel fills, so its bytes are
+copied once by the kernel and by nobody else (a StreamReader copied them twice more: into its
+buffer, then out of it). Once nothing refers to a large frame any more (no answer, no view of
+it: its reference count says so), its memory takes the next large answer, which spares a
+megabytes-large allocation, its zero-fill and page faults per Fetch. Answers are resolved from
+the protocol callback itself, with no reader task in between. A Fetch answer is decoded from a memoryview of its frame, so its record sets
+come out as views of that frame (the consumer makes its one copy; a follower writes them out
+as they are); every other answer is decoded from bytes, so its byte fields are plain bytes.
+Writing: header and body leave in one writelines call (no concatenation of a large Produce
+body), and a sender waits while the transport's buffer is above its high-water mark.
+
 Limits: at most `in_flight_max` requests wait at once (senders queue behind a semaphore), and no
 answer frame may exceed `frame_bytes_max` (checked before it is read).
 
@@ -22,14 +35,15 @@ import collections
 import itertools
 import logging
 import struct
+import sys
 from dataclasses import dataclass
 from typing import Any
 
 from protocol.api import Api
 from protocol.apis.api_versions import ApiVersionsRequest
 from protocol.error_codes import ErrorCode
-from protocol.errors import DecodeError, FrameTooLarge
-from protocol.frames import frame
+from protocol.errors import DecodeError, ProtocolError
+from protocol.frames import SCRATCH_BYTES, FrameReceiver
 from protocol.headers import RequestHeader, decode_response_header
 from protocol.registry import APIS
 from protocol.schema import Message
@@ -58,12 +72,76 @@ class NoCommonVersion(Exception):
     """The server speaks no version of an API that we speak."""
 
 
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
+
+
 @dataclass
 class _Pending:
     correlation_id: int
     api: Api
     version: int
     future: asyncio.Future[Any]
+    timer: asyncio.TimerHandle | None = None
+
+
+FETCH_KEY = 1  # answers decoded from a view of their frame (see the module docstring)
+
+
+class _Stream(asyncio.BufferedProtocol):
+    """The transport's callbacks: frames into Connection._deliver, loss into Connection._fail."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.frames = FrameReceiver(conn.frame_bytes_max)
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self.last_large: bytearray | None = None  # the last frame received into its own buffer
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        last = self.last_large
+        # References: the attribute, `last`, getrefcount's argument; a view would add one.
+        if last is not None and sys.getrefcount(last) == 3:
+            # Nobody holds the last large answer's frame or a view of it any more: the next
+            # large answer is received into its memory (no allocation, no page faults).
+            self.frames.recycle(last)
+            self.last_large = None
+        return self.frames.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
+        conn = self.conn
+        try:
+            for data in self.frames.buffer_updated(nbytes):
+                if len(data) > SCRATCH_BYTES:
+                    self.last_large = data
+                conn._deliver(data)
+        except ProtocolError as exc:  # DecodeError, FrameTooLarge: the stream is unusable
+            conn._fail(f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # a bug in decoding: this connection only, never the loop
+            log.exception("%s: failed to take an answer", conn)
+            conn._fail(f"{type(exc).__name__}: {exc}")
+
+    def eof_received(self) -> bool:
+        if self.conn._stream is self:
+            self.conn._fail("closed by the server")
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.conn._stream is self:
+            self.conn._fail("closed by the server" if exc is None
+                            else f"{type(exc).__name__}: {exc}")
+        if not self.closed.done():
+            self.closed.set_result(None)
+        self.resume_writing()
+
+    def pause_writing(self) -> None:
+        if self.writable is None or self.writable.done():
+            self.writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self.writable is not None and not self.writable.done():
+            self.writable.set_result(None)
 
 
 class Connection:
@@ -82,9 +160,8 @@ class Connection:
         self._slots = asyncio.Semaphore(in_flight_max)
         self._pending: collections.deque[_Pending] = collections.deque()
         self._ids = itertools.count(1)
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
-        self._read_task: asyncio.Task[None] | None = None
+        self._transport: asyncio.Transport | None = None
+        self._stream: _Stream | None = None
         self._closed_reason: str | None = None
 
     def __repr__(self) -> str:
@@ -92,15 +169,16 @@ class Connection:
 
     @property
     def closed(self) -> bool:
-        return self._closed_reason is not None or self._writer is None
+        return self._closed_reason is not None or self._transport is None
 
     async def connect(self, negotiate: bool = True) -> Connection:
         """Open the socket and, unless told not to, learn the server's API versions."""
-        self._reader, self._writer = await asyncio.wait_for(
-            asyncio.open_connection(self.host, self.port),
+        loop = asyncio.get_running_loop()
+        transport, stream = await asyncio.wait_for(
+            loop.create_connection(lambda: _Stream(self), self.host, self.port),
             self.connect_timeout_ms / 1000)
+        self._transport, self._stream = transport, stream
         self._closed_reason = None
-        self._read_task = asyncio.get_running_loop().create_task(self._read_loop())
         if negotiate:
             await self.negotiate_versions()
         return self
@@ -141,56 +219,63 @@ class Connection:
             raise ConnectionClosed(f"{self} is closed: {self._closed_reason or 'not connected'}")
         timeout = (timeout_ms if timeout_ms is not None else self.request_timeout_ms) / 1000
         async with self._slots:
+            if self.closed:  # while we waited for a slot
+                raise ConnectionClosed(f"{self} is closed: {self._closed_reason}")
             correlation_id = next(self._ids) & 0x7FFFFFFF
             header = RequestHeader(api.key, version, correlation_id, self.client_id)
-            payload = header.encode(api.request_header_version(version)) + \
-                api.encode_request(message, version)
+            head = header.encode(api.request_header_version(version))
+            body = api.encode_request(message, version)
             pending = None
+            loop = asyncio.get_running_loop()
             if expect_response:
-                pending = _Pending(correlation_id, api, version,
-                                   asyncio.get_running_loop().create_future())
+                pending = _Pending(correlation_id, api, version, loop.create_future())
+                # A caller cancelled while waiting leaves the future to be failed at close with
+                # nobody to read the error: mark it read so asyncio does not log it.
+                pending.future.add_done_callback(_retrieve)
                 self._pending.append(pending)
-            assert self._writer is not None
-            self._writer.write(frame(payload))
-            await self._writer.drain()
+            transport, stream = self._transport, self._stream
+            assert transport is not None and stream is not None
+            try:
+                if transport.is_closing():
+                    raise RuntimeError("the transport is closing")
+                transport.writelines((_SIZE.pack(len(head) + len(body)), head, body))
+            except RuntimeError as exc:  # uvloop: the peer closed before connection_lost ran
+                self._fail(f"closed while sending: {exc}")
+                raise ConnectionClosed(f"{self}: {self._closed_reason}") from None
+            if stream.writable is not None and not stream.writable.done():
+                await stream.writable  # the transport's buffer is full: wait for it to drain
+                if self._closed_reason is not None and pending is None:
+                    raise ConnectionClosed(f"{self}: {self._closed_reason}")
             if pending is None:
                 return None
+            if not pending.future.done():
+                pending.timer = loop.call_later(timeout, self._timed_out, pending, timeout)
             try:
-                return await asyncio.wait_for(asyncio.shield(pending.future), timeout)
-            except asyncio.TimeoutError:
-                self._fail(f"{api.name} v{version} got no answer in {timeout:.1f}s")
-                raise RequestTimedOut(f"{self}: {api.name} got no answer in {timeout:.1f}s") from None
+                return await pending.future
+            finally:
+                if pending.timer is not None:
+                    pending.timer.cancel()
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
-        reason = "closed by the server"
-        try:
-            while True:
-                size, = _SIZE.unpack(await self._reader.readexactly(4))
-                if size < 0 or size > self.frame_bytes_max:
-                    raise FrameTooLarge(f"answer frame of {size} bytes (limit "
-                                        f"{self.frame_bytes_max})")
-                self._deliver(await self._reader.readexactly(size))
-        except asyncio.IncompleteReadError:
-            pass
-        except (OSError, DecodeError, FrameTooLarge) as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-        except asyncio.CancelledError:
-            reason = "closed"
-        self._fail(reason)
+    def _timed_out(self, pending: _Pending, timeout: float) -> None:
+        api, version = pending.api, pending.version
+        if not pending.future.done():
+            pending.future.set_exception(RequestTimedOut(
+                f"{self}: {api.name} got no answer in {timeout:.1f}s"))
+        self._fail(f"{api.name} v{version} got no answer in {timeout:.1f}s")
 
-    def _deliver(self, data: bytes) -> None:
+    def _deliver(self, data: bytearray) -> None:
         if not self._pending:
             raise DecodeError("an answer arrived that no request is waiting for", "connection")
         pending = self._pending[0]  # popped only once the answer is known to be its own
         api, version = pending.api, pending.version
-        correlation_id, pos = decode_response_header(data, api.response_header_version(version))
+        buf: Any = memoryview(data) if api.key == FETCH_KEY else bytes(data)
+        correlation_id, pos = decode_response_header(buf, api.response_header_version(version))
         if correlation_id != pending.correlation_id:
             raise DecodeError(f"answer for correlation id {correlation_id} where "
                               f"{pending.correlation_id} was next", "ResponseHeader")
         self._pending.popleft()
         try:
-            answer = self._decode_answer(api, version, data, pos)
+            answer = self._decode_answer(api, version, buf, pos)
         except DecodeError as exc:
             if not pending.future.done():
                 pending.future.set_exception(ConnectionClosed(f"{self}: bad answer: {exc}"))
@@ -199,7 +284,7 @@ class Connection:
             pending.future.set_result(answer)
 
     @staticmethod
-    def _decode_answer(api: Api, version: int, data: bytes, pos: int) -> Any:
+    def _decode_answer(api: Api, version: int, data: Any, pos: int) -> Any:
         try:
             return api.decode_response(data, version, pos)
         except DecodeError:
@@ -215,21 +300,16 @@ class Connection:
             pending = self._pending.popleft()
             if not pending.future.done():
                 pending.future.set_exception(ConnectionClosed(f"{self}: {reason}"))
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
-        task, self._read_task = self._read_task, None
         self._fail("closed")
-        if task is not None:
-            task.cancel()
-            try:
-                await task
-            except asyncio.CancelledError:
-                pass
-        if self._writer is not None:
-            try:
-                await self._writer.wait_closed()
-            except OSError:
-                pass
-
+        stream = self._stream
+        if stream is not None:
+            try:  # transport.close() sends what is buffered first; a peer may not take it
+                await asyncio.wait_for(asyncio.shield(stream.closed),
+                                       self.connect_timeout_ms / 1000)
+            except TimeoutError:
+                assert self._transport is not None
+                self._transport.abort()

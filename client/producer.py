@@ -1,0 +1,778 @@
+"""The asyncio producer: batching, compression, idempotence, KIP-359 fencing, back-pressure.
+
+    async with Producer(bootstrap_servers="127.0.0.1:9092", acks="all") as producer:
+        meta = await producer.send("orders", value=b"...", key=b"k")   # acknowledged
+        futures = [await producer.enqueue("orders", value=v) for v in values]  # throughput
+        await producer.flush()
+
+Three ways to send, one path underneath:
+- `await send(...)` -> RecordMetadata once the record is acknowledged (aiokafka's
+  `send_and_wait`; the issue's API). Awaiting each send in turn sends one record per request, so
+  it is the slow way to send many.
+- `await enqueue(...)` -> DeliveryFuture: returns as soon as the record is in a batch, waiting
+  only while the buffer is full (at most max_block_ms) or the topic's metadata is unknown. Await
+  the DeliveryFuture (or call flush) for the RecordMetadata. This is aiokafka's `send`, and the
+  way to produce at full speed.
+- `send_nowait(...)` -> DeliveryFuture, synchronously: like enqueue but it never waits; it raises
+  BufferFullError when the buffer is full, and UnknownTopicOrPartitionError (after starting a
+  metadata fetch) for a topic whose metadata is not loaded yet (`await partitions_for(topic)`).
+  confluent-kafka's `produce()` in spirit.
+
+Theory of operation
+-------------------
+Records go into per-partition batches (client.accumulator). One sender task drains batches that
+are full, have lingered `linger_ms`, or are being flushed, groups them per leader broker (one
+batch per partition per request, at most `max_request_size` bytes of batches per request but
+always at least one batch, as Java's producer does) and sends each group as one Produce request,
+with at most `max_in_flight_requests_per_connection` requests waiting per broker. A record that
+alone is bigger (with its batch header) than max_request_size or buffer_memory is refused when
+it is sent, with RecordTooLargeError (MessageTooLargeError: Java's RecordTooLargeException).
+Every partition entry carries the leader epoch from our metadata (KIP-359, Produce v9's tagged
+field 359); a broker without the field ignores it. Answers:
+- success, or DUPLICATE_SEQUENCE_NUMBER (a retry of a batch already written): the batch's
+  records resolve to RecordMetadata;
+- NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION:
+  metadata is refreshed and the batch retried after retry_backoff_ms; UNKNOWN_LEADER_EPOCH (the
+  broker has not caught up with our metadata) is retried after the backoff with a refresh then;
+- other retriable errors and lost connections: retried after the backoff;
+- MESSAGE_TOO_LARGE (the broker's or topic's max message bytes is below our batch): a batch of
+  several records is split in two halves that take its place, in order and with its sequences
+  (client.accumulator), and sent again; one record too large fails with the error;
+- OUT_OF_ORDER_SEQUENCE_NUMBER and UNKNOWN_PRODUCER_ID, as Java's idempotent producer handles
+  them: when an earlier batch of the partition is still unresolved, the batch is simply retried;
+  when it is the next one expected, the broker lost our state: the partition restarts its
+  sequence under a bumped producer epoch and the batch is retried;
+- anything else fails the batch's records with the error's exception.
+Every retry stays within delivery_timeout_ms of the batch's creation; past it the records fail
+with KafkaTimeoutError. Memory: at most buffer_memory bytes of batches exist at once; enqueue and
+send wait for room (at most max_block_ms), send_nowait refuses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import random
+import time
+from collections.abc import Callable, Generator, Sequence
+from types import TracebackType
+from typing import Any, Literal
+
+from protocol.apis.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from protocol.apis.produce import PartitionProduceData, ProduceRequest, ProduceResponse, \
+    TopicProduceData
+from protocol.compression import Compression
+from protocol.error_codes import ErrorCode, info
+from protocol.registry import APIS
+
+from .accumulator import Accumulator, Batch, PartitionQueue, ProducerIdentity
+from .cluster import ClusterClient
+from .connection import NoCommonVersion
+from .errors import BufferFullError, KafkaConnectionError, KafkaError, KafkaTimeoutError, \
+    MessageTooLargeError, ProducerClosedError, UnknownTopicOrPartitionError, error_for
+from .partitioner import partition_for_key
+from .types import RecordMetadata, TopicPartition
+
+log = logging.getLogger("epochlog.producer")
+
+E = ErrorCode
+_PRODUCE = APIS[0]
+_INIT_PRODUCER_ID = APIS[22]
+# Errors after which our metadata is stale: refresh it before the retry (KIP-320, KIP-359).
+_REFRESH_AND_RETRY = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH,
+                                E.LEADER_NOT_AVAILABLE, E.UNKNOWN_TOPIC_OR_PARTITION,
+                                E.UNKNOWN_LEADER_EPOCH, E.KAFKA_STORAGE_ERROR})
+_SEQUENCE_ERRORS = frozenset({E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID})
+_CODECS = {None: Compression.NONE, "none": Compression.NONE, "gzip": Compression.GZIP,
+           "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
+IN_FLIGHT_IDEMPOTENT_MAX = 5  # the broker remembers the last 5 batches per producer
+METADATA_WAIT_STEP_S = 0.05
+SPLIT_LOG_TOPICS_MAX = 100  # topics whose first batch split gets an INFO line
+
+Headers = Sequence[tuple[str, bytes | None]]
+Partitioner = Callable[[bytes | None, list[int], list[int]], int]
+Serializer = Callable[[Any], bytes | None]
+
+
+class DeliveryFuture:
+    """One record's delivery: await it for its RecordMetadata (or the error that failed it).
+
+    A handle onto its batch's single future, so a record costs no asyncio.Future of its own."""
+
+    __slots__ = ("_batch", "_index", "_timestamp")
+
+    def __init__(self, batch: Batch, index: int, timestamp: int) -> None:
+        self._batch = batch
+        self._index = index
+        self._timestamp = timestamp
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        future = self._batch.future
+        if not future.done():
+            yield from future.__await__()
+        return self.result()
+
+    def done(self) -> bool:
+        return self._batch.future.done()
+
+    def exception(self) -> BaseException | None:
+        exc = self._batch.future.exception()  # InvalidStateError if not yet done
+        if self._batch.children is None:
+            return exc
+        return self._batch.locate(self._index)[0].future.exception()
+
+    def result(self) -> RecordMetadata:
+        """The metadata; raises the delivery error, or InvalidStateError if not yet done."""
+        self._batch.future.result()
+        batch, index = self._batch, self._index
+        if batch.children is not None:  # split: the record's outcome is its half's
+            batch, index = batch.locate(index)
+            batch.future.result()
+        return RecordMetadata(
+            batch.tp.topic, batch.tp.partition,
+            batch.base_offset + index if batch.base_offset >= 0 else -1,
+            batch.leader_epoch,
+            batch.log_append_time if batch.log_append_time >= 0 else self._timestamp)
+
+    def add_done_callback(self, fn: Callable[[DeliveryFuture], None]) -> None:
+        self._batch.future.add_done_callback(lambda _: fn(self))
+
+
+class _Topic:
+    """What the producer knows of a topic: its partitions' queues and the sticky partition."""
+
+    __slots__ = ("name", "queues", "sticky")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.queues: list[PartitionQueue] = []
+        self.sticky = -1
+
+
+class Producer:
+    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", *,
+                 client_id: str = "epochlog-producer",
+                 acks: Literal["all", 0, 1, -1] | str | int = "all",
+                 enable_idempotence: bool | None = None,
+                 compression_type: str | None = None,
+                 batch_size: int = 16384,
+                 linger_ms: float = 5,
+                 max_in_flight_requests_per_connection: int = 5,
+                 retries: int = 2**31 - 1,
+                 retry_backoff_ms: int = 100,
+                 delivery_timeout_ms: int = 120_000,
+                 request_timeout_ms: int = 30_000,
+                 buffer_memory: int = 32 * 1024 * 1024,
+                 max_block_ms: int = 60_000,
+                 max_request_size: int = 1024 * 1024,
+                 metadata_max_age_ms: int = 300_000,
+                 partitioner: str | Partitioner = "murmur2_sticky",
+                 key_serializer: Serializer | None = None,
+                 value_serializer: Serializer | None = None) -> None:
+        self._acks = _parse_acks(acks)
+        if enable_idempotence is None:  # Java 3.x: on unless the settings conflict with it
+            enable_idempotence = (self._acks == -1 and
+                                  max_in_flight_requests_per_connection <= IN_FLIGHT_IDEMPOTENT_MAX
+                                  and retries > 0)
+        elif enable_idempotence:
+            if self._acks != -1:
+                raise ValueError(f"enable_idempotence=True needs acks='all', not {acks!r}")
+            if max_in_flight_requests_per_connection > IN_FLIGHT_IDEMPOTENT_MAX:
+                raise ValueError("enable_idempotence=True needs "
+                                 "max_in_flight_requests_per_connection <= 5, not "
+                                 f"{max_in_flight_requests_per_connection}")
+            if retries <= 0:
+                raise ValueError("enable_idempotence=True needs retries > 0")
+        if compression_type not in _CODECS:
+            raise ValueError(f"compression_type {compression_type!r} is not one of gzip, snappy, "
+                             "lz4, zstd or None")
+        for name, value in (("batch_size", batch_size), ("buffer_memory", buffer_memory),
+                            ("max_in_flight_requests_per_connection",
+                             max_in_flight_requests_per_connection),
+                            ("delivery_timeout_ms", delivery_timeout_ms),
+                            ("request_timeout_ms", request_timeout_ms),
+                            ("max_request_size", max_request_size)):
+            if value <= 0:
+                raise ValueError(f"{name} must be positive, not {value}")
+        if linger_ms < 0 or retry_backoff_ms < 0 or max_block_ms < 0 or retries < 0:
+            raise ValueError("linger_ms, retry_backoff_ms, max_block_ms and retries must not be "
+                             "negative")
+        if batch_size > buffer_memory:
+            raise ValueError(f"batch_size ({batch_size}) exceeds buffer_memory ({buffer_memory})")
+        if isinstance(partitioner, str) and partitioner not in ("murmur2_sticky",
+                                                                "murmur2_round_robin"):
+            raise ValueError(f"partitioner {partitioner!r} is not 'murmur2_sticky', "
+                             "'murmur2_round_robin' or a callable")
+        self.idempotent = bool(enable_idempotence)
+        self.cluster = ClusterClient(bootstrap_servers, client_id=client_id,
+                                     request_timeout_ms=request_timeout_ms,
+                                     retry_backoff_ms=retry_backoff_ms,
+                                     metadata_max_age_ms=metadata_max_age_ms)
+        self._in_flight_max = max_in_flight_requests_per_connection
+        self._retries = retries
+        self._retry_backoff_s = retry_backoff_ms / 1000
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._request_timeout_ms = request_timeout_ms
+        self._max_block_s = max_block_ms / 1000
+        self._max_request_size = max_request_size
+        self._partitioner = partitioner
+        self._key_serializer = key_serializer
+        self._value_serializer = value_serializer
+        self._identity = ProducerIdentity()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._acc: Accumulator | None = None
+        self._open_acc: Accumulator | None = None  # the accumulator while records are taken
+        self._clock: Callable[[], float] = time.monotonic  # the loop's, once started
+        self._serializing = key_serializer is not None or value_serializer is not None
+        self._codec = _CODECS[compression_type]
+        self._batch_size = batch_size
+        self._linger_s = linger_ms / 1000
+        self._buffer_memory = buffer_memory
+        self._topics: dict[str, _Topic] = {}
+        self._round_robin = itertools.count()
+        self._node_in_flight: dict[int, int] = {}
+        self._sender: asyncio.Task[None] | None = None
+        self._requests: set[asyncio.Task[None]] = set()
+        self._wakeup: asyncio.Future[None] | None = None
+        self._memory_freed: asyncio.Event | None = None
+        self._metadata_task: asyncio.Task[None] | None = None
+        self._metadata_ready: asyncio.Event | None = None
+        self._closing = False
+        self._closed = False
+        self._yield_due = False
+        # Counters a user can read (and export): see metrics().
+        self.records_sent = 0
+        self.bytes_sent = 0
+        self.retries_total = 0
+        self.fenced_epoch_errors = 0
+        self.unknown_epoch_errors = 0
+        self.epoch_bumps = 0
+        self.produce_requests = 0
+        self.request_bytes_max_seen = 0  # the most bytes of batches one request carried
+        self.batch_splits = 0
+        self._split_topics: set[str] = set()  # topics whose first split was logged
+
+    # ------------------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Connect to a bootstrap server and start the sender (done by `async with`)."""
+        if self._acc is not None:
+            return
+        loop = self._loop = asyncio.get_running_loop()
+        self._acc = Accumulator(batch_size=self._batch_size, linger_s=self._linger_s,
+                                compression=self._codec, memory_max=self._buffer_memory,
+                                new_future=loop.create_future, idempotent=self.idempotent,
+                                identity=self._identity,
+                                request_bytes_max=self._max_request_size)
+        self._open_acc = self._acc
+        self._clock = loop.time
+        self._memory_freed = asyncio.Event()
+        self._metadata_ready = asyncio.Event()
+        await self.cluster.refresh([])  # brokers, and proof that the bootstrap works
+        self._sender = loop.create_task(self._run(), name="epochlog-producer-sender")
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def flush(self, timeout_ms: int | None = None) -> None:
+        """Send everything buffered now, and wait until each of it is answered (acknowledged or
+        failed); KafkaTimeoutError if timeout_ms passes first."""
+        acc = self._require_started()
+        waiting = [b.future for b in acc.pending()]
+        if not waiting:
+            return
+        acc.flushing += 1
+        self._wake()
+        try:
+            done, pending = await asyncio.wait(
+                waiting, timeout=None if timeout_ms is None else timeout_ms / 1000)
+        finally:
+            acc.flushing -= 1
+        if pending:
+            raise KafkaTimeoutError(f"flush: {len(pending)} batches unanswered after "
+                                    f"{timeout_ms} ms")
+
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Stop taking records, send and wait for what is buffered (at most timeout_ms, default
+        delivery_timeout_ms), then close the connections. Records still unanswered then fail
+        with ProducerClosedError."""
+        if self._closed:
+            return
+        self._closing = True
+        self._open_acc = None
+        acc = self._acc
+        if acc is not None:
+            try:
+                await self.flush(timeout_ms if timeout_ms is not None
+                                 else int(self._delivery_timeout_s * 1000))
+            except KafkaTimeoutError:
+                log.warning("producer closed with records unanswered")
+            for batch in list(acc.pending()):
+                acc.failed(batch, ProducerClosedError("the producer closed before an answer"))
+        self._closed = True
+        tasks = [t for t in (self._sender, self._metadata_task, *self._requests) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.cluster.close()
+
+    # ------------------------------------------------------------------------------ sending
+    async def send(self, topic: str, value: Any = None, key: Any = None, *,
+                   headers: Headers | None = None, partition: int | None = None,
+                   timestamp_ms: int | None = None) -> RecordMetadata:
+        """Send one record and return its metadata once acknowledged (acks=0: once written).
+        RecordTooLargeError at once for a record that could never be sent."""
+        delivery = await self.enqueue(topic, value, key, headers=headers, partition=partition,
+                                      timestamp_ms=timestamp_ms)
+        self._wake()
+        return await delivery
+
+    send_and_wait = send  # the name aiokafka users know
+
+    async def enqueue(self, topic: str, value: Any = None, key: Any = None, *,
+                      headers: Headers | None = None, partition: int | None = None,
+                      timestamp_ms: int | None = None) -> DeliveryFuture:
+        """Add one record to its batch and return its DeliveryFuture, waiting only while the
+        buffer is full or the topic's metadata is being fetched (at most max_block_ms)."""
+        delivery = self._append(topic, value, key, headers, partition, timestamp_ms)
+        if delivery is None:
+            return await self._enqueue_slow(topic, value, key, headers, partition, timestamp_ms)
+        if self._yield_due:  # a batch just filled: let the sender run before the next one
+            self._yield_due = False
+            await asyncio.sleep(0)
+        return delivery
+
+    def send_nowait(self, topic: str, value: Any = None, key: Any = None, *,
+                    headers: Headers | None = None, partition: int | None = None,
+                    timestamp_ms: int | None = None) -> DeliveryFuture:
+        """Add one record without waiting: BufferFullError if the buffer is full,
+        UnknownTopicOrPartitionError if the topic's metadata is not loaded yet."""
+        delivery = self._append(topic, value, key, headers, partition, timestamp_ms)
+        if delivery is not None:
+            return delivery
+        if topic not in self._topics:
+            self._want_topic(topic)
+            raise UnknownTopicOrPartitionError(
+                f"no metadata for topic {topic!r} yet; fetching it (await "
+                "producer.partitions_for(topic) first to avoid this)")
+        raise BufferFullError(f"buffer_memory ({self._buffer_memory} bytes) is full")
+
+    def _append(self, topic: str, value: Any, key: Any, headers: Headers | None,
+                partition: int | None, timestamp_ms: int | None) -> DeliveryFuture | None:
+        """The hot path: the record into its partition's batch; None if the topic is unknown or
+        memory is full. Per-record work is what limits throughput: keep it short."""
+        acc = self._open_acc
+        if acc is None:
+            raise ProducerClosedError("the producer is closed" if self._closing else
+                                      "the producer is not started: use `async with` or start()")
+        t = self._topics.get(topic)
+        if t is None:
+            return None
+        if self._serializing:
+            value, key = self._serialize(value, key)
+        sticky = False
+        if partition is None:
+            if key is None and t.sticky >= 0:
+                partition = t.sticky
+                sticky = True
+            else:
+                partition = self._partition_for(t, key)
+                if partition < 0:
+                    return None  # no partitions known yet
+                sticky = key is None and t.sticky >= 0
+        elif not 0 <= partition < len(t.queues):
+            if not t.queues:
+                return None  # metadata not loaded yet
+            raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} (it has "
+                                               f"{len(t.queues)})")
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        pq = t.queues[partition]
+        added = acc.append(pq, key, value, headers, timestamp_ms, self._clock)
+        if added is None:
+            return None
+        batch, index, opened = added
+        if opened:
+            if sticky and pq.ready:
+                t.sticky = self._pick_partition(t)  # KIP-480: switch when a batch fills
+            self._yield_due = True
+            self._wake()
+        return DeliveryFuture(batch, index, timestamp_ms)
+
+    def _serialize(self, value: Any, key: Any) -> tuple[Any, Any]:
+        if self._value_serializer is not None:
+            value = self._value_serializer(value)
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        return value, key
+
+    def _partition_for(self, t: _Topic, key: bytes | None) -> int:
+        """The partition of a record without one given; -1 if the topic has none yet."""
+        count = len(t.queues)
+        if not count:
+            return -1
+        if type(self._partitioner) is not str:
+            return self._custom_partition(t, key)
+        if key is not None:
+            return partition_for_key(key, count)
+        if self._partitioner == "murmur2_sticky":
+            t.sticky = self._pick_partition(t)
+            return t.sticky
+        return next(self._round_robin) % count
+
+    async def _enqueue_slow(self, topic: str, value: Any, key: Any, headers: Headers | None,
+                            partition: int | None, timestamp_ms: int | None) -> DeliveryFuture:
+        """Wait for the topic's metadata or for memory, within max_block_ms, then append."""
+        assert self._loop is not None and self._memory_freed is not None
+        deadline = self._loop.time() + self._max_block_s
+        while True:
+            t = self._topics.get(topic)
+            if t is None or not t.queues:
+                await self._wait_topic(topic, deadline)
+                continue
+            delivery = self._append(topic, value, key, headers, partition, timestamp_ms)
+            if delivery is not None:
+                return delivery
+            self._memory_freed.clear()
+            self._wake()
+            left = deadline - self._loop.time()
+            if left <= 0:
+                raise KafkaTimeoutError(f"buffer_memory ({self._buffer_memory} bytes) stayed "
+                                        f"full for max_block_ms ({self._max_block_s * 1000:.0f} "
+                                        "ms)")
+            try:
+                await asyncio.wait_for(self._memory_freed.wait(), left)
+            except asyncio.TimeoutError:
+                pass
+
+    async def partitions_for(self, topic: str) -> list[int]:
+        """The topic's partition ids, fetching its metadata if needed (at most max_block_ms)."""
+        self._require_started()
+        assert self._loop is not None
+        t = self._topics.get(topic)
+        if t is None or not t.queues:
+            await self._wait_topic(topic, self._loop.time() + self._max_block_s)
+            t = self._topics[topic]
+        return list(range(len(t.queues)))
+
+    def _custom_partition(self, t: _Topic, key: bytes | None) -> int:
+        partitioner = self._partitioner
+        assert callable(partitioner)
+        every = list(range(len(t.queues)))
+        return partitioner(key, every, self._available(t) or every)
+
+    def _available(self, t: _Topic) -> list[int]:
+        parts = self.cluster.partitions
+        return [i for i in range(len(t.queues))
+                if (view := parts.get((t.name, i))) is not None and view.leader >= 0]
+
+    def _pick_partition(self, t: _Topic) -> int:
+        available = self._available(t) or list(range(len(t.queues)))
+        if len(available) > 1 and t.sticky in available:
+            available.remove(t.sticky)
+        return random.choice(available)
+
+    # ------------------------------------------------------------------------------ metadata
+    def _want_topic(self, topic: str) -> None:
+        if topic not in self._topics:
+            self._topics[topic] = _Topic(topic)
+        self.cluster.request_update()
+        self._wake()
+
+    async def _wait_topic(self, topic: str, deadline: float) -> None:
+        """Until the topic's partitions are known (auto-creating it, as Java's producer does)."""
+        assert self._loop is not None
+        self._want_topic(topic)
+        while not self._topics[topic].queues:
+            left = deadline - self._loop.time()
+            if left <= 0:
+                code = self.cluster.topic_errors.get(topic, 0)
+                raise KafkaTimeoutError(f"topic {topic!r}: no metadata within max_block_ms"
+                                        + (f" (last error {info(code).name})" if code else ""))
+            try:
+                await self._refresh([topic], auto_create=True)
+            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+                log.debug("metadata for %s failed: %s", topic, exc)
+            if not self._topics[topic].queues:
+                await asyncio.sleep(min(left, max(self._retry_backoff_s, METADATA_WAIT_STEP_S)))
+
+    async def _refresh(self, topics: list[str] | None = None, auto_create: bool = False) -> None:
+        await self.cluster.refresh(topics if topics is not None else list(self._topics),
+                                   auto_create=auto_create)
+        self._metadata_changed()
+
+    def _metadata_changed(self) -> None:
+        acc = self._acc
+        assert acc is not None
+        for name, t in self._topics.items():
+            count = sum(1 for (topic, _) in self.cluster.partitions if topic == name)
+            while len(t.queues) < count:
+                t.queues.append(acc.queue(TopicPartition(name, len(t.queues))))
+        self._wake()
+
+    async def _metadata_loop_once(self) -> None:
+        try:
+            await self._refresh()
+        except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError, KafkaError) as exc:
+            log.debug("metadata refresh failed: %s", exc)
+        finally:
+            self._metadata_task = None
+            self._wake()
+
+    def _leader_of(self, tp: TopicPartition) -> tuple[int, int] | None:
+        view = self.cluster.partitions.get(tp)
+        if view is None or view.leader < 0:
+            return None
+        return view.leader, view.leader_epoch
+
+    # -------------------------------------------------------------------------- the sender
+    def _wake(self) -> None:
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.done():
+            wakeup.set_result(None)
+
+    def _node_has_room(self, node: int) -> bool:
+        return (self._node_in_flight.get(node, 0) < self._in_flight_max
+                and self.cluster.node_ready(node))
+
+    async def _run(self) -> None:
+        """The sender task. A bug in it must not leave callers waiting for ever: it fails every
+        buffered record with the error and closes the producer to new ones."""
+        try:
+            await self._send_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("producer sender failed; failing every buffered record")
+            self._closing = True
+            self._open_acc = None
+            acc = self._acc
+            assert acc is not None
+            for batch in list(acc.pending()):
+                self._fail(batch, KafkaError(f"the producer's sender failed: {exc!r}"))
+
+    async def _send_loop(self) -> None:
+        """Drain ready batches into requests; sleep until something changes."""
+        loop = self._loop
+        acc = self._acc
+        assert loop is not None and acc is not None
+        while True:
+            self._wakeup = loop.create_future()
+            now = loop.time()
+            if self.idempotent and self._identity.producer_id < 0:
+                await self._init_producer_id()
+            for batch in acc.expired(now, self._delivery_timeout_s):
+                self._fail(batch, KafkaTimeoutError(
+                    f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
+                    f"delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f} ms)"
+                    + (f"; last error: {batch.last_error}" if batch.last_error else "")))
+            while True:
+                by_node, leaderless = acc.drain(loop.time(), self._leader_of, self._node_has_room)
+                if leaderless:
+                    self.cluster.request_update()
+                for node, batches in by_node.items():
+                    self._node_in_flight[node] = self._node_in_flight.get(node, 0) + 1
+                    task = loop.create_task(self._send_request(node, batches))
+                    self._requests.add(task)
+                    task.add_done_callback(self._requests.discard)
+                if not by_node:
+                    break
+            # Metadata: when asked for (errors) after the backoff, and every metadata_max_age_ms.
+            if self._topics and self._metadata_task is None and self.cluster.update_due_in() <= 0:
+                self._metadata_task = loop.create_task(self._metadata_loop_once())
+            timeout = acc.next_wakeup(loop.time(), self._delivery_timeout_s)
+            if self._topics and self._metadata_task is None:
+                due = self.cluster.update_due_in()
+                timeout = due if timeout is None else min(timeout, due)
+            if self.idempotent and self._identity.producer_id < 0:
+                timeout = self._retry_backoff_s
+            timer = None if timeout is None else loop.call_later(max(timeout, 0.001), self._wake)
+            try:
+                await self._wakeup
+            finally:
+                if timer is not None:
+                    timer.cancel()
+
+    async def _init_producer_id(self) -> None:
+        """One InitProducerId attempt (the sender retries on its next round, after backoff)."""
+        try:
+            conn = await self.cluster.any_connection()
+            answer: InitProducerIdResponse = await conn.request(
+                _INIT_PRODUCER_ID, conn.version_for(_INIT_PRODUCER_ID),
+                InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
+        except NoCommonVersion as exc:
+            log.warning("idempotence turned off: %s", exc)
+            self.idempotent = False
+            assert self._acc is not None
+            self._acc.idempotent = False
+            return
+        except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            log.info("InitProducerId failed (%s); retrying", exc)
+            return
+        if answer.error_code:
+            log.info("InitProducerId answered %s; retrying", info(answer.error_code).name)
+            return
+        self._identity.producer_id = answer.producer_id
+        self._identity.producer_epoch = answer.producer_epoch
+        log.info("idempotent producer id %d epoch %d", answer.producer_id, answer.producer_epoch)
+
+    async def _send_request(self, node: int, batches: list[Batch]) -> None:
+        acc = self._acc
+        loop = self._loop
+        assert acc is not None and loop is not None
+        by_topic: dict[str, list[PartitionProduceData]] = {}
+        for b in batches:
+            by_topic.setdefault(b.tp.topic, []).append(PartitionProduceData(
+                index=b.tp.partition, records=b.data, current_leader_epoch=b.leader_epoch))
+        request = ProduceRequest(acks=self._acks, timeout_ms=self._request_timeout_ms,
+                                 topic_data=[TopicProduceData(name=name, partition_data=parts)
+                                             for name, parts in by_topic.items()])
+        self.produce_requests += 1
+        self.request_bytes_max_seen = max(self.request_bytes_max_seen,
+                                          sum(len(b.data) for b in batches))
+        try:
+            try:
+                conn = await self.cluster.connection(node)
+                answer: ProduceResponse | None = await conn.request(
+                    _PRODUCE, conn.version_for(_PRODUCE), request,
+                    expect_response=self._acks != 0)
+            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+                self.cluster.node_failed(node)  # backs off the reconnect, asks for metadata
+                for b in batches:
+                    self._retry(b, KafkaConnectionError(f"broker {node}: {exc}"))
+                return
+            if answer is None:  # acks=0
+                for b in batches:
+                    self._done(b)
+                return
+            self._handle_answer(node, batches, answer)
+        finally:
+            self._node_in_flight[node] -= 1
+            self._wake()
+
+    def _handle_answer(self, node: int, batches: list[Batch], answer: ProduceResponse) -> None:
+        by_tp = {b.tp: b for b in batches}
+        for topic in answer.responses:
+            for p in topic.partition_responses:
+                b = by_tp.pop(TopicPartition(topic.name, p.index), None)
+                if b is None:
+                    continue
+                code = p.error_code
+                if code == 0 or code == E.DUPLICATE_SEQUENCE_NUMBER:
+                    b.base_offset = p.base_offset if code == 0 else -1
+                    b.log_append_time = p.log_append_time_ms
+                    self._done(b)
+                else:
+                    self._answer_error(node, b, code, p.error_message)
+        for b in by_tp.values():  # a partition the broker did not answer for
+            self._retry(b, KafkaConnectionError(f"broker {node} did not answer for {b.tp}"))
+
+    def _answer_error(self, node: int, b: Batch, code: int, message: str | None) -> None:
+        acc = self._acc
+        assert acc is not None
+        what = f"produce to {b.tp.topic}-{b.tp.partition} (broker {node}, leader epoch " \
+               f"{b.leader_epoch})" + (f": {message}" if message else "")
+        exc = error_for(code, what)
+        if code == E.FENCED_LEADER_EPOCH:
+            self.fenced_epoch_errors += 1
+        elif code == E.UNKNOWN_LEADER_EPOCH:
+            self.unknown_epoch_errors += 1
+        if code in _REFRESH_AND_RETRY:
+            self.cluster.request_update()
+            self._retry(b, exc)
+        elif code == E.MESSAGE_TOO_LARGE and b.record_count > 1 and not self._closed:
+            self._split(b, exc)
+        elif code in _SEQUENCE_ERRORS and self.idempotent:
+            # Java's rule: a gap right after what was acknowledged means the broker lost our
+            # state: restart the sequence (epoch bump); otherwise an earlier batch is unresolved.
+            self._retry(b, exc, restart_sequence=acc.is_next_sequence(b)
+                        or code == E.UNKNOWN_PRODUCER_ID)
+        elif exc.retriable:
+            self._retry(b, exc)
+        else:
+            self._fail(b, exc)
+
+    def _retry(self, b: Batch, exc: KafkaError, restart_sequence: bool = False) -> None:
+        acc = self._acc
+        loop = self._loop
+        assert acc is not None and loop is not None
+        if self._closed:
+            acc.failed(b, ProducerClosedError("the producer closed"))
+            return
+        if b.attempts >= self._retries:
+            self._fail(b, exc)
+            return
+        if loop.time() - b.created >= self._delivery_timeout_s:
+            self._fail(b, KafkaTimeoutError(f"not delivered within delivery_timeout_ms; last "
+                                            f"error: {exc}"))
+            return
+        if restart_sequence:
+            self.epoch_bumps += 1
+            log.info("%s-%d: %s; restarting its sequence under a new producer epoch",
+                     b.tp.topic, b.tp.partition, exc)
+        self.retries_total += 1
+        acc.retry(b, loop.time(), self._retry_backoff_s, str(exc), restart_sequence)
+
+    def _split(self, b: Batch, exc: KafkaError) -> None:
+        """Java's splitAndReenqueue: the halves are sent in b's place (no backoff: the error
+        is about b's size, not the broker's state). Within the delivery timeout, like a retry."""
+        acc = self._acc
+        loop = self._loop
+        assert acc is not None and loop is not None
+        if loop.time() - b.created >= self._delivery_timeout_s:
+            self._fail(b, KafkaTimeoutError(f"not delivered within delivery_timeout_ms; last "
+                                            f"error: {exc}"))
+            return
+        if b.tp.topic not in self._split_topics and len(self._split_topics) < SPLIT_LOG_TOPICS_MAX:
+            self._split_topics.add(b.tp.topic)
+            log.info("%s: a batch of %d records (%d bytes) is too large for the broker (%s); "
+                     "splitting such batches", b.tp.topic, b.record_count, len(b.data), exc)
+        self.batch_splits += 1
+        acc.split(b, str(exc))
+        self._wake()
+
+    def _done(self, b: Batch) -> None:
+        acc = self._acc
+        assert acc is not None and self._memory_freed is not None
+        self.records_sent += b.record_count
+        self.bytes_sent += len(b.data)
+        acc.acknowledged(b)
+        self._memory_freed.set()
+
+    def _fail(self, b: Batch, exc: BaseException) -> None:
+        acc = self._acc
+        assert acc is not None and self._memory_freed is not None
+        acc.failed(b, exc)
+        self._memory_freed.set()
+
+    # ------------------------------------------------------------------------------ misc
+    def _require_started(self) -> Accumulator:
+        if self._acc is None:
+            raise ProducerClosedError("the producer is not started: use `async with` or start()")
+        return self._acc
+
+    def metrics(self) -> dict[str, int]:
+        """Counters since start, for users to read or export to Prometheus."""
+        acc = self._acc
+        return {"records_sent_total": self.records_sent, "bytes_sent_total": self.bytes_sent,
+                "retries_total": self.retries_total,
+                "fenced_leader_epoch_errors_total": self.fenced_epoch_errors,
+                "unknown_leader_epoch_errors_total": self.unknown_epoch_errors,
+                "producer_epoch_bumps_total": self.epoch_bumps,
+                "produce_requests_total": self.produce_requests,
+                "produce_request_bytes_max": self.request_bytes_max_seen,
+                "batch_splits_total": self.batch_splits,
+                "buffer_bytes_used": acc.used_bytes if acc is not None else 0}
+
+
+def _parse_acks(acks: str | int) -> int:
+    if acks in ("all", -1, "-1"):
+        return -1
+    if acks in (0, 1, "0", "1"):
+        return int(acks)
+    raise ValueError(f"acks must be 'all', 1 or 0, not {acks!r}")
