@@ -61,9 +61,14 @@ class KafkaPython:
     name = "kafka-python"
 
     def __init__(self, cluster: Cluster, topic: str, group: str, **kw: Any) -> None:
-        self.c = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap, group_id=group,
+        self.c = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      session_timeout_ms=6000, heartbeat_interval_ms=500, **kw)
+        # kafka-python's group leader assigns from its own metadata; joining before that
+        # metadata names the topic's partitions gave it an empty assignment that it did not
+        # always correct (issue 7's note): learn the partitions first, then subscribe.
+        assert self.c.partitions_for_topic(topic), f"kafka-python sees no partitions of {topic}"
+        self.c.subscribe([topic])
 
     def poll(self) -> list[tuple[int, bytes]]:
         got = self.c.poll(timeout_ms=int(POLL_S * 1000))
