@@ -281,7 +281,8 @@ def build_decoder(cls: type[Message], version: int, flexible: bool) -> Decoder:
     gen.struct(cls, "result", cls.__name__)
     body = "\n".join(gen.w.lines)
     src = f"def decode(buf, pos):\n    end = len(buf)\n{body}\n    return result, pos\n"
-    return _compile(src, gen.w.env, "decode", f"decode_{cls.__name__}_v{version}")
+    decode: Decoder = _compile(src, gen.w.env, "decode", f"decode_{cls.__name__}_v{version}")
+    return decode
 
 
 # --------------------------------------------------------------------------------------------
@@ -406,7 +407,8 @@ def build_encoder(cls: type[Message], version: int, flexible: bool) -> Encoder:
     gen.struct(cls, "obj", cls.__name__)
     body = "\n".join(gen.w.lines) or "    pass"
     src = f"def encode(obj, out):\n{body}\n"
-    return _compile(src, gen.w.env, "encode", f"encode_{cls.__name__}_v{version}")
+    encode: Encoder = _compile(src, gen.w.env, "encode", f"encode_{cls.__name__}_v{version}")
+    return encode
 
 
 def _compile(src: str, env: dict[str, Any], fname: str, label: str) -> Any:

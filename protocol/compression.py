@@ -24,10 +24,13 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from typing import Any
 
 import cramjam
 
 from .batch import CorruptBatch
+
+Buffer = bytes | bytearray | memoryview
 
 # The decompressed size a reader accepts unless told otherwise; a batch is at most a request's size
 # and Kafka's message.max.bytes defaults to about 1 MiB, so 64 MiB leaves room without inviting a bomb.
@@ -126,7 +129,7 @@ def _too_big(codec: int, max_bytes: int) -> CorruptBatch:
                         "RecordBatch.records")
 
 
-def _bounded(codec: int, decompress_into, data, max_bytes: int, hint: int) -> bytes:
+def _bounded(codec: int, decompress_into: Any, data: Buffer, max_bytes: int, hint: int) -> bytes:
     """Decompress into a fixed buffer, growing it up to max_bytes + 1: the codec fails rather than
     write past the buffer's end, so memory stays bounded however far the payload would inflate."""
     room_max = max_bytes + 1  # one byte past the limit tells "fits exactly" from "too big"
@@ -153,7 +156,7 @@ def _bounded(codec: int, decompress_into, data, max_bytes: int, hint: int) -> by
         return bytes(memoryview(out)[:size])
 
 
-def _zstd_content_size(data) -> int:
+def _zstd_content_size(data: Buffer) -> int:
     """The first zstd frame's declared content size, or 0 when it does not declare one."""
     if len(data) < 6 or bytes(data[:4]) != _ZSTD_MAGIC:
         return 0
@@ -168,7 +171,7 @@ def _zstd_content_size(data) -> int:
     return size + 256 if width == 2 else size
 
 
-def _lz4_content_size(data) -> int:
+def _lz4_content_size(data: Buffer) -> int:
     """The LZ4 frame's declared content size, or 0 when it does not declare one."""
     if len(data) < 15 or bytes(data[:4]) != _LZ4_MAGIC or not data[4] & 0x08:
         return 0
@@ -210,7 +213,7 @@ def _xerial_decompress(data: bytes | bytearray | memoryview, max_bytes: int) -> 
     return b"".join(parts)
 
 
-def _raw_snappy_decompress(data, budget: int, max_bytes: int, what: str) -> bytes:
+def _raw_snappy_decompress(data: Buffer, budget: int, max_bytes: int, what: str) -> bytes:
     """One raw snappy block of at most budget bytes (what is left of max_bytes)."""
     # A raw snappy block starts with its decompressed length: check it before allocating.
     try:

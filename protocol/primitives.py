@@ -50,7 +50,7 @@ class UnsignedVarInt(c.Construct):  # type: ignore[misc]
             b = c.stream_read(stream, 1, path)[0]
             result |= (b & 0x7F) << (7 * i)
             if b < 0x80:
-                return result
+                return int(result)
         raise c.ExplicitError(f"varint longer than {self.bytes_max} bytes", path=path)
 
     def _build(self, obj: int, stream: Any, context: Any, path: str) -> int:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import msgspec
 from crc32c import crc32c
@@ -127,8 +127,11 @@ def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
     return b"".join(parts)
 
 
-def _encode_record(offset_delta: int, timestamp_delta: int, key, value, headers,
-                   table=_ZZ, size=_ZZ_SIZE, encode=encode_varint, join=b"".join) -> bytes:
+def _encode_record(offset_delta: int, timestamp_delta: int, key: bytes | None,
+                   value: bytes | None, headers: Sequence[tuple[str, bytes | None]] | None,
+                   table: list[bytes] = _ZZ, size: int = _ZZ_SIZE,
+                   encode: Callable[[int], bytes] = encode_varint,
+                   join: Callable[[Iterable[bytes]], bytes] = b"".join) -> bytes:
     """One record with its length prefix. The hot loop of every builder: keep it lean."""
     if key is None:
         key_part = _NULL
@@ -203,7 +206,7 @@ def build_batch(records: Sequence[RecordInput], *,
     first = records[0][3]
     base = base_timestamp if base_timestamp is not None else (now if first is None else first)
     max_timestamp = -1 << 63
-    parts = []
+    parts: list[bytes] = []
     append = parts.append
     encode_record = _encode_record
     for offset_delta, (key, value, headers, timestamp) in enumerate(records):
@@ -469,7 +472,7 @@ def _decode_records(data: bytes, p: int, end: int, header: BatchHeader) -> list[
                 value = data[p:q]
                 p = q
             if data[p] == 0:  # header count 0, the usual case
-                headers = []
+                headers: list[tuple[str, bytes | None]] = []
                 p += 1
             else:
                 headers, p = _decode_headers(data, p, record_end, i)

@@ -47,17 +47,17 @@ class FetchRequest(Message):
 
 # Frozen: these values answer tagged fields that are usually absent, so one shared default
 # instance serves every partition instead of three new objects per decoded partition.
-class EpochEndOffset(Message, frozen=True):
+class EpochEndOffset(Message, frozen=True):  # type: ignore[misc]
     epoch: Annotated[i32, V("12+")] = -1
     end_offset: Annotated[i64, V("12+")] = -1
 
 
-class LeaderIdAndEpoch(Message, frozen=True):
+class LeaderIdAndEpoch(Message, frozen=True):  # type: ignore[misc]
     leader_id: Annotated[i32, V("12+")] = -1
     leader_epoch: Annotated[i32, V("12+")] = -1
 
 
-class SnapshotId(Message, frozen=True):
+class SnapshotId(Message, frozen=True):  # type: ignore[misc]
     end_offset: i64 = -1
     epoch: i32 = -1
 
