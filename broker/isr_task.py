@@ -19,12 +19,13 @@ import logging
 from typing import Any
 
 from protocol.apis.alter_partition import (AlterPartitionPartitionData, AlterPartitionRequest,
-                                           AlterPartitionTopicData)
+                                           AlterPartitionResponse, AlterPartitionTopicData)
 from protocol.error_codes import ErrorCode
 
 from .controller_link import ControllerUnavailable
 from .isr import IsrManager, IsrProposal
 from .partition import Partition, PartitionState
+from .replicas import ReplicaManager
 
 log = logging.getLogger("epochlog.broker")
 
@@ -105,18 +106,26 @@ class IsrTask:
             answer = await app.controller.alter_partition(request, ALTER_PARTITION_VERSION_MAX)
         except ControllerUnavailable as exc:
             log.debug("AlterPartition not sent: %s", exc)
-            results: list[tuple[IsrProposal, int, PartitionState | None]] = [
-                (pr, int(ErrorCode.NETWORK_EXCEPTION), None) for pr in proposals]
-        else:
-            replicas_of = {}
-            for pr in proposals:
-                p = app.replicas.get(pr.topic, pr.index)
-                if p is not None and p.state is not None:
-                    replicas_of[(pr.topic, pr.index)] = p.state.replicas
-            results = read_answers(answer, proposals, replicas_of)
-        for proposal, error, state in results:
-            partition = app.replicas.get(proposal.topic, proposal.index)
-            if partition is None:
-                continue  # stopped meanwhile
-            if self.manager.on_answer(partition, proposal, error, state):
-                app.replicas.poke((proposal.topic, proposal.index))
+            answer = None
+        apply_answer(app.replicas, self.manager, proposals, answer)
+
+
+def apply_answer(replicas: ReplicaManager, manager: IsrManager, proposals: list[IsrProposal],
+                 answer: AlterPartitionResponse | None) -> None:
+    """An AlterPartition answer (None: it could not be sent) applied to each proposal's
+    partition through the IsrManager; partitions that changed are poked. Sync, so the
+    simulation applies answers with this same code."""
+    results: list[tuple[IsrProposal, int, PartitionState | None]]
+    if answer is None:
+        results = [(pr, int(ErrorCode.NETWORK_EXCEPTION), None) for pr in proposals]
+    else:
+        replicas_of = {}
+        for pr in proposals:
+            p = replicas.get(pr.topic, pr.index)
+            if p is not None and p.state is not None:
+                replicas_of[(pr.topic, pr.index)] = p.state.replicas
+        results = read_answers(answer, proposals, replicas_of)
+    for proposal, error, state in results:
+        partition = replicas.get(proposal.topic, proposal.index)
+        if partition is not None and manager.on_answer(partition, proposal, error, state):
+            replicas.poke((proposal.topic, proposal.index))

@@ -28,6 +28,7 @@ from protocol.apis.leader_and_isr import (LeaderAndIsrPartitionError, LeaderAndI
 
 from ..partition import PartitionState
 from . import register
+from ._control import admitted
 
 log = logging.getLogger("epochlog.broker")
 
@@ -40,10 +41,9 @@ async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse
     await app.replicas.load_topic_settings(
         [((t.topic_name, ps.partition_index), ps.is_new)
          for t in request.topic_states for ps in t.partition_states], app.controller.forward)
-    if not await app.control_request_ready("LeaderAndIsr"):  # our generation ended meanwhile
+    error = await admitted(app, "LeaderAndIsr", request)  # again: our generation may have
+    if error is None:                                     # ended while settings were fetched
         return None
-    error = app.epochs.admit("LeaderAndIsr", request.controller_id, request.controller_epoch,
-                             request.broker_epoch)
     if error:
         return LeaderAndIsrResponse(error_code=error)
     replicas = app.replicas

@@ -6,9 +6,9 @@ and carries epochlog's KIP-359 field: each partition's `current_leader_epoch` (t
 protocol/apis/produce.py), fenced as Fetch is: older than the leader's epoch -> FENCED_LEADER_EPOCH,
 newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
 
-Each batch is checked (protocol.batch.check: structure, CRC, magic 2, size against
-message_max_bytes) before the leader appends it through storage, which assigns offsets from the
-log end and stamps our leader epoch. Idempotent producers: storage's producer state checks
+Each batch's structure is checked here (whole, magic 2, size against message_max_bytes, not
+transactional) before the leader appends it through storage, which checks its CRC (once; a
+mismatch is CORRUPT_MESSAGE), assigns offsets from the log end and stamps our leader epoch. Idempotent producers: storage's producer state checks
 sequences; a retried batch (Kafka's DUPLICATE_SEQUENCE_NUMBER case) is answered as a success with
 its original offsets, as Kafka does; OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH
 come from storage. Kafka (2.5+, KIP-360) no longer answers UNKNOWN_PRODUCER_ID to a produce, and
@@ -39,7 +39,7 @@ from typing import Any
 
 from protocol.apis.produce import (PartitionProduceData, PartitionProduceResponse,
                                    ProduceRequest, ProduceResponse, TopicProduceResponse)
-from protocol.batch import CorruptBatch, check
+from protocol.batch import CorruptBatch, read_header
 from protocol.error_codes import ErrorCode
 
 from ..partition import Partition
@@ -59,12 +59,17 @@ class _Refused(Exception):
 
 
 def _check_batches(records: bytes | None, bytes_max: int) -> None:
+    """What the request may carry: whole v2 batches, none too large, none transactional. CRCs
+    are checked once, by storage as it appends (CORRUPT_MESSAGE), not here as well."""
     if not records:
         raise _Refused(E.CORRUPT_MESSAGE, "no record batches")
     pos = 0
     while pos < len(records):
         try:
-            header = check(records, pos)
+            header = read_header(records, pos)
+            if len(records) - pos < header.size:
+                raise CorruptBatch(f"batch of {header.size} bytes cut short at "
+                                   f"{len(records) - pos}", "RecordBatch.batch_length")
         except CorruptBatch as exc:
             code = E.UNSUPPORTED_FOR_MESSAGE_FORMAT if exc.field == "RecordBatch.magic" \
                 else E.CORRUPT_MESSAGE

@@ -18,6 +18,7 @@ from protocol.apis.stop_replica import (StopReplicaPartitionError, StopReplicaRe
                                         StopReplicaResponse)
 
 from . import register
+from ._control import admitted
 
 
 def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, int, bool]]:
@@ -30,10 +31,9 @@ def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, in
 
 async def handle(ctx: Any, request: StopReplicaRequest) -> StopReplicaResponse | None:
     app = ctx.app
-    if not await app.control_request_ready("StopReplica"):
-        return None  # no generation to judge it against: unanswered, the controller resends
-    error = app.epochs.admit("StopReplica", request.controller_id, request.controller_epoch,
-                             request.broker_epoch)
+    error = await admitted(app, "StopReplica", request)
+    if error is None:
+        return None
     if error:
         return StopReplicaResponse(error_code=error)
     errors = []

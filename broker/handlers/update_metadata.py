@@ -15,14 +15,14 @@ from typing import Any
 from protocol.apis.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
 
 from . import register
+from ._control import admitted
 
 
 async def handle(ctx: Any, request: UpdateMetadataRequest) -> UpdateMetadataResponse | None:
     app = ctx.app
-    if not await app.control_request_ready("UpdateMetadata"):
-        return None  # no generation to judge it against: unanswered, the controller resends
-    error = app.epochs.admit("UpdateMetadata", request.controller_id, request.controller_epoch,
-                             request.broker_epoch)
+    error = await admitted(app, "UpdateMetadata", request)
+    if error is None:
+        return None
     if error:
         return UpdateMetadataResponse(error_code=error)
     app.metadata.apply(request)

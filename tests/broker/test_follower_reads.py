@@ -4,8 +4,7 @@ Units first: the replica selectors, then the Fetch / ListOffsets / OffsetForLead
 (the sync `answer` functions the simulation also calls) on real storage Logs with an app shim of
 the simulation's shape (broker_id, replicas, metadata, config). Then real processes: brokers in
 racks a, b, c with replica_selector_class=rack-aware, where a confluent-kafka consumer with
-`client.rack` reads from the follower in its rack; those need followers that replicate (the
-follower fetcher), and skip with that reason where a broker has none.
+`client.rack` reads from the follower in its rack.
 """
 
 from __future__ import annotations
@@ -397,11 +396,6 @@ def _metric(port: int, name: str) -> float:
     raise AssertionError(f"no metric {name}")
 
 
-def _has_follower_fetcher() -> bool:
-    root = Path(__file__).resolve().parents[2]
-    return (root / "broker" / "follower.py").exists() and (root / "broker" / "fetcher.py").exists()
-
-
 @dataclass
 class Racked:
     cluster: Cluster
@@ -424,8 +418,6 @@ def racked(tmp_path_factory: pytest.TempPathFactory):
     """Brokers 1, 2, 3 in racks a, b, c, rack-aware; NEAR (RF 3) holds COMMITTED records below
     the high watermark and UNCOMMITTED more above it on the leader and the near follower, because
     the third replica is paused (sessions and ISR lag long enough that it stays in the ISR)."""
-    if not _has_follower_fetcher():
-        pytest.skip("followers do not replicate yet (no broker/follower.py, broker/fetcher.py)")
     from confluent_kafka import Producer
     c = Cluster(tmp_path_factory.mktemp("follower-reads"), brokers=3,
                 controller_args=["--set", "broker_session_timeout_ms=120000"],

@@ -7,7 +7,7 @@ What is real:
   `LogManager` / `Log` on real files, recovery after a crash included;
 - follower replication: `follower.SourceFetcher`, one per source broker, followed and unfollowed
   through `ReplicaManager.partition_listeners` exactly as fetcher.py's `on_partition` does;
-- ISR changes: `isr.IsrManager`, with isr_task.py's `build_request` / `read_answers`;
+- ISR changes: `isr.IsrManager`, with isr_task.py's `build_request` / `apply_answer`;
 - the serving decisions: fetch.py's `begin` / `read` / `finish` / `positions`,
   offset_for_leader_epoch.py's `answer`, produce.py's `append` / `replication_error`.
 What is mirrored because the real code is asyncio:
@@ -52,7 +52,7 @@ from broker.handlers import offset_for_leader_epoch as ofle_handler
 from broker.handlers import produce as produce_handler
 from broker.isr import IsrManager
 from broker.isr_task import ALTER_PARTITION_VERSION_MAX, TICK_MS_MIN, WAKE_GAP_MS, build_request
-from broker.isr_task import read_answers
+from broker.isr_task import apply_answer
 from broker.metadata_cache import MetadataCache
 from broker.partition import Partition, PartitionState, Role
 from broker.replica_selector import selector_for
@@ -652,20 +652,7 @@ class BrokerNode(Node):
     def _isr_results(self, proposals: list[Any], answer: Any) -> None:
         assert self.replicas is not None
         self.isr_in_flight = False
-        results: list[tuple[Any, int, PartitionState | None]]
-        if answer is None:
-            results = [(pr, int(E.NETWORK_EXCEPTION), None) for pr in proposals]
-        else:
-            replicas_of = {}
-            for pr in proposals:
-                p = self.replicas.get(pr.topic, pr.index)
-                if p is not None and p.state is not None:
-                    replicas_of[(pr.topic, pr.index)] = p.state.replicas
-            results = read_answers(answer, proposals, replicas_of)
-        for proposal, error, state in results:
-            partition = self.replicas.get(proposal.topic, proposal.index)
-            if partition is not None and self.isr.on_answer(partition, proposal, error, state):
-                self.replicas.poke((proposal.topic, proposal.index))
+        apply_answer(self.replicas, self.isr, proposals, answer)
 
     # --------------------------------------------------------------------------- storage
     def _storage_tick(self) -> None:

@@ -1,0 +1,16 @@
+"""What LeaderAndIsr, UpdateMetadata and StopReplica do before anything else: wait, bounded, for
+a confirmed generation (app.control_request_ready), then fence the request by broker and
+controller epoch (fencing.ControlEpochs.admit). See docs/control-plane.md."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+async def admitted(app: Any, what: str, request: Any) -> int | None:
+    """None: leave the request unanswered (no generation to judge it against in time; the
+    controller resends it). Otherwise 0 to apply it, or the top-level error to answer."""
+    if not await app.control_request_ready(what):
+        return None
+    return app.epochs.admit(what, request.controller_id, request.controller_epoch,
+                            request.broker_epoch)
