@@ -7,6 +7,7 @@ Its connection layer (client.connection) is also shared with brokers and the con
 
 from .admin import Admin
 from .consumer import Consumer
+from .group import CommitFailedError, RebalanceListener
 from .errors import (BufferFullError, FencedLeaderEpochError, KafkaConnectionError, KafkaError,
                      KafkaTimeoutError, LogTruncationError, NotLeaderOrFollowerError,
                      ProducerClosedError, RecordTooLargeError, UnknownLeaderEpochError,
@@ -14,7 +15,7 @@ from .errors import (BufferFullError, FencedLeaderEpochError, KafkaConnectionErr
 from .producer import DeliveryFuture, Producer
 from .types import RecordMetadata, TopicPartition
 
-__all__ = ["Admin", "BufferFullError", "Consumer", "DeliveryFuture", "FencedLeaderEpochError",
+__all__ = ["Admin", "BufferFullError", "CommitFailedError", "Consumer", "DeliveryFuture", "FencedLeaderEpochError",
            "KafkaConnectionError", "KafkaError", "KafkaTimeoutError", "LogTruncationError",
-           "NotLeaderOrFollowerError", "Producer", "ProducerClosedError", "RecordMetadata",
+           "NotLeaderOrFollowerError", "Producer", "ProducerClosedError", "RebalanceListener", "RecordMetadata",
            "RecordTooLargeError", "TopicPartition", "UnknownLeaderEpochError", "error_class"]

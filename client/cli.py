@@ -4,12 +4,16 @@
     epochlog topics list | describe [TOPIC ...] | delete TOPIC ...
     printf 'k1:v1\\nk2:v2\\n' | epochlog produce orders --key-delimiter :
     epochlog consume orders --from-beginning --print-key
+    epochlog consume orders --group billing --from-beginning
 
 Every tool takes --bootstrap-server (default 127.0.0.1:9092, what `epochlog cluster up` gives).
 Kafka errors are printed with their name and the tool exits 1. Produce sends each line as a
 record; lines are batched per partition (keyed lines by Java's murmur2, unkeyed in turn) and each
 batch is acknowledged before the tool exits. Consume reads every partition (or one) from the
-chosen offset and stops at the end unless --follow.
+chosen offset and stops at the end unless --follow. With --group it is a member of that consumer
+group (client.Consumer with subscribe()): it reads the partitions the group assigns it from the
+group's committed offsets, auto-commits, and on SIGINT/SIGTERM, --max-messages or --timeout-ms
+commits what it printed and leaves the group.
 """
 
 from __future__ import annotations
@@ -80,7 +84,16 @@ def add_parser(subparsers: Any) -> None:
     consume.add_argument("--max-messages", type=int, default=-1)
     consume.add_argument("--follow", action="store_true", help="keep waiting for new records")
     consume.add_argument("--print-key", action="store_true")
+    consume.add_argument("--print-offset", action="store_true",
+                         help="print PARTITION:OFFSET: before each record")
     consume.add_argument("--key-delimiter", default=":")
+    consume.add_argument("--group", help="consume as a member of this consumer group, from its "
+                         "committed offsets (--from-beginning: earliest where none)")
+    consume.add_argument("--group-instance-id", help="static membership (with --group)")
+    consume.add_argument("--assignment-strategy", default="range,cooperative-sticky",
+                         help="with --group: assignors in order of preference")
+    consume.add_argument("--timeout-ms", type=int, default=-1,
+                         help="with --group: stop after this long without a record")
     _common(consume)
     consume.set_defaults(func=lambda args: _run(_consume(args)))
 
@@ -202,6 +215,10 @@ async def _send_batch(cluster: ClusterClient, topic: str, partition: int, batch:
 
 
 async def _consume(args: argparse.Namespace) -> int:
+    if args.group is not None:
+        return await group_consume(args)
+    if args.group_instance_id is not None:
+        raise ValueError("--group-instance-id needs --group")
     out = sys.stdout.buffer
     remaining = args.max_messages
     async with ClusterClient(args.bootstrap_server) as cluster:
@@ -219,9 +236,8 @@ async def _consume(args: argparse.Namespace) -> int:
                 for record in records:
                     if record.offset < positions[view.partition]:
                         continue  # a batch starts before the position asked for
-                    if args.print_key:
-                        out.write((record.key or b"") + args.key_delimiter.encode())
-                    out.write((record.value or b"") + b"\n")
+                    _print(out, args, view.partition, record.offset, record.key,
+                           record.value)
                     positions[view.partition] = record.offset + 1
                     got_any = True
                     remaining -= 1
@@ -234,6 +250,55 @@ async def _consume(args: argparse.Namespace) -> int:
             if at_end and not got_any and not args.follow:
                 break
     return 0
+
+
+def _print(out: Any, args: argparse.Namespace, partition: int, offset: int,
+           key: bytes | None, value: bytes | None) -> None:
+    delimiter = args.key_delimiter.encode()
+    if args.print_offset:
+        out.write(b"%d%s%d%s" % (partition, delimiter, offset, delimiter))
+    if args.print_key:
+        out.write((key or b"") + delimiter)
+    out.write((value or b"") + b"\n")
+
+
+async def group_consume(args: argparse.Namespace) -> int:
+    """`epochlog consume TOPIC --group G`: a group member until --max-messages records, or
+    --timeout-ms without one, or SIGINT/SIGTERM; it then commits and leaves the group."""
+    import signal
+
+    from .consumer import Consumer
+
+    if args.partition is not None or args.offset is not None:
+        raise ValueError("--group takes its partitions from the group: not with --partition "
+                         "or --offset")
+    out = sys.stdout.buffer
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    remaining = args.max_messages
+    idle_s = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
+    strategies = [s.strip() for s in args.assignment_strategy.split(",") if s.strip()]
+    async with Consumer(args.bootstrap_server, group_id=args.group,
+                        group_instance_id=args.group_instance_id,
+                        partition_assignment_strategy=strategies,
+                        auto_offset_reset="earliest" if args.from_beginning else "latest",
+                        client_id="epochlog-console-consumer") as consumer:
+        consumer.subscribe([args.topic])
+        last_record = loop.time()
+        while remaining != 0 and not stop.is_set():
+            records = await consumer.poll(timeout_ms=200, max_records=(
+                remaining if remaining > 0 else None))
+            for record in records:
+                _print(out, args, record.partition, record.offset, record.key, record.value)
+            out.flush()
+            if records:
+                remaining -= len(records) if remaining > 0 else 0
+                last_record = loop.time()
+            elif idle_s is not None and loop.time() - last_record >= idle_s:
+                break
+    return 0  # closing committed the positions of what was printed (auto-commit), then left
 
 
 async def _start_offsets(cluster: ClusterClient, args: argparse.Namespace,

@@ -43,9 +43,9 @@ Errors that the user must see (LogTruncationError with auto_offset_reset="none",
 OffsetOutOfRangeError, NoOffsetForPartitionError) are raised from poll(), and again on every
 poll until the partition is seeked. Everything else is retried with retry_backoff_ms.
 
-Group membership (group_id) comes with the group coordinator: the assignment and the positions
-are held here so that a coordinator can assign(), seek() from committed (offset, epoch) pairs
-and commit next_offsets().
+With group_id and subscribe(), client.group's GroupMember joins the group inside poll() and
+hands this class the assignment with the committed (offset, epoch) pairs, which are seeked and so
+validated like any position with an epoch (see client.group).
 """
 
 from __future__ import annotations
@@ -53,7 +53,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
-from collections.abc import AsyncIterator, Iterable
+import re
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from protocol.apis.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
@@ -90,6 +91,7 @@ from .connection import NoCommonVersion
 from .errors import KafkaError, LogTruncationError, OffsetOutOfRangeError
 from .fast_records import decode_uniform
 from .fetcher import EARLIEST, LATEST, NO_EPOCH, NONE, PartitionState, State
+from .group import GroupMember, RebalanceListener
 from .types import ConsumerRecord, TopicPartition
 
 log = logging.getLogger("epochlog.consumer")
@@ -101,6 +103,7 @@ CONSUMER_REPLICA_ID = -1
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
 DRIVER_IDLE_S_MAX = 1.0  # the driver looks around at least this often
+GROUP_POLL_S = 0.5  # a group member's poll() checks on the group at least this often
 NETWORK_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError, NoCommonVersion, DecodeError)
 
 
@@ -164,10 +167,16 @@ class Consumer:
                  retry_backoff_ms: int = 100,
                  reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
-                 metadata_max_age_ms: int = 300_000) -> None:
-        if group_id is not None:
-            raise ValueError("group_id: consumer groups come with the group coordinator; "
-                             "use assign() for now")
+                 metadata_max_age_ms: int = 300_000,
+                 group_instance_id: str | None = None,
+                 session_timeout_ms: int = 45_000,
+                 heartbeat_interval_ms: int = 3_000,
+                 max_poll_interval_ms: int = 300_000,
+                 partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
+                 enable_auto_commit: bool = True,
+                 auto_commit_interval_ms: int = 5_000) -> None:
+        if group_id is None and group_instance_id is not None:
+            raise ValueError("group_instance_id needs a group_id")
         if auto_offset_reset not in fetcher.RESET_POLICIES:
             raise ValueError(f"auto_offset_reset must be one of {fetcher.RESET_POLICIES}, "
                              f"not {auto_offset_reset!r}")
@@ -221,6 +230,19 @@ class Consumer:
         self._validation_ok = True  # False once a broker too old for KIP-320 is seen
         self._iter_records: collections.deque[ConsumerRecord] = collections.deque()
         self._asked_topics: set[str] = set()  # topics some metadata refresh has asked about
+        self._consumed: dict[TopicPartition, tuple[int, int]] = {}  # positions at poll() entry
+        self._group: GroupMember | None = None
+        if group_id is not None:
+            self._group = GroupMember(
+                self._cluster, self, group_id=group_id, group_instance_id=group_instance_id,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_interval_ms=max_poll_interval_ms,
+                partition_assignment_strategy=partition_assignment_strategy,
+                enable_auto_commit=enable_auto_commit,
+                auto_commit_interval_ms=auto_commit_interval_ms,
+                request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+                metadata_max_age_ms=metadata_max_age_ms, client_rack=client_rack)
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Consumer:
@@ -239,6 +261,8 @@ class Consumer:
         """Stop all requests and close the connections. Idempotent."""
         if self._closed:
             return
+        if self._group is not None:
+            await self._group.close()  # commits positions first (auto-commit), then leaves
         self._closed = True  # the driver stops at its next turn and spawns nothing more
         driver, self._driver = self._driver, None
         if driver is not None:
@@ -262,8 +286,13 @@ class Consumer:
     # ------------------------------------------------------------------ assignment and positions
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly these partitions (replacing the previous assignment). Partitions kept
-        keep their position; new ones start at auto_offset_reset (or need a seek with "none")."""
-        wanted = {TopicPartition(*tp) for tp in partitions}
+        keep their position; new ones start at auto_offset_reset (or need a seek with "none").
+        Not with subscribe(): the group assigns then."""
+        if self._group is not None and (self._group.topics or self._group.pattern):
+            raise KafkaError("assign() and subscribe() are exclusive: unsubscribe() first")
+        self._assign({TopicPartition(*tp) for tp in partitions})
+
+    def _assign(self, wanted: set[TopicPartition]) -> None:
         for tp in list(self._states):
             if tp not in wanted:
                 del self._states[tp]
@@ -283,6 +312,72 @@ class Consumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._states)
 
+    # ------------------------------------------------------------------ the group
+    def subscribe(self, topics: Iterable[str] | None = None, *,
+                  pattern: str | re.Pattern[str] | None = None,
+                  listener: RebalanceListener | None = None) -> None:
+        """Join group_id and read the partitions it assigns of these topics, or of every topic
+        whose whole name matches pattern (checked every metadata_max_age_ms). The group is
+        joined inside the next poll(); listener hears of partitions revoked, assigned and lost."""
+        group = self._require_group("subscribe()")
+        if isinstance(topics, str):
+            raise TypeError("subscribe takes a list of topics, not a string")
+        group.subscribe(topics, pattern, listener)
+
+    async def unsubscribe(self) -> None:
+        """Give up the partitions (telling the listener) and leave the group."""
+        await self._require_group("unsubscribe()").unsubscribe()
+
+    def subscription(self) -> set[str]:
+        return set(self._group.topics) if self._group is not None else set()
+
+    async def commit(self, offsets: Mapping[TopicPartition, int | tuple[int, int]] | None = None
+                     ) -> None:
+        """Commit offsets (default: the position of every assigned partition, that is, after
+        every record poll() returned) with their leader epochs. An int offset is committed with
+        epoch -1 (unknown). Raises CommitFailedError if the group rebalanced since our
+        generation."""
+        group = self._require_group("commit()")
+        if offsets is None:
+            chosen = self.next_offsets()
+        else:
+            chosen = {TopicPartition(*tp): (v, NO_EPOCH) if isinstance(v, int) else
+                      (int(v[0]), int(v[1])) for tp, v in offsets.items()}
+        await group.commit(chosen)
+
+    async def committed(self, partitions: Iterable[TopicPartition]
+                        ) -> dict[TopicPartition, tuple[int, int] | None]:
+        """The group's committed (offset, leader epoch) per partition; None if none."""
+        return await self._require_group("committed()").committed(
+            TopicPartition(*tp) for tp in partitions)
+
+    def group_metadata(self) -> dict[str, Any]:
+        """Member id, generation, protocol, coordinator and rebalance count."""
+        return self._require_group("group_metadata()").metrics()
+
+    def _require_group(self, what: str) -> GroupMember:
+        if self._group is None:
+            raise KafkaError(f"{what} needs a group_id")
+        return self._group
+
+    def _group_assign(self, partitions: set[TopicPartition],
+                      committed: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """The group's assignment: partitions kept keep their position; new ones start from
+        their committed (offset, epoch), validated (KIP-320), else from auto_offset_reset."""
+        known = set(self._states)
+        self._assign(partitions)
+        for tp, (offset, epoch) in committed.items():
+            if tp in partitions and tp not in known:
+                self.seek(tp, offset, epoch if epoch >= 0 else None)
+
+    def consumed(self) -> dict[TopicPartition, tuple[int, int]]:
+        """Positions as of the latest poll()'s start: after the records the application had
+        been handed before it polled again, hence processed (what auto-commit commits)."""
+        return {tp: v for tp, v in self._consumed.items() if tp in self._states}
+
+    def positions(self) -> dict[TopicPartition, tuple[int, int]]:
+        return self.next_offsets()
+
     def seek(self, partition: TopicPartition, offset: int, leader_epoch: int | None = None
              ) -> None:
         """Read partition from offset next. With leader_epoch (the epoch of the record before
@@ -293,6 +388,10 @@ class Consumer:
         st = self._state(partition)
         st.seek(offset, NO_EPOCH if leader_epoch is None else leader_epoch,
                 validate=self._validation_ok)
+        if leader_epoch is not None and leader_epoch > st.leader_epoch:
+            # KIP-320: validate only against a leader at least as new as the epoch we hold
+            st.awaiting_metadata_epoch = leader_epoch - 1
+            self._cluster.request_update()
         self._moved(st)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -376,7 +475,12 @@ class Consumer:
         limit = self.max_poll_records if max_records is None else max_records
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
+        group = self._group
+        if group is not None:
+            self._consumed = self.next_offsets()
         while True:
+            if group is not None:
+                await group.poll_hook(deadline)
             self._raise_errors()
             records = self._drain(limit)
             if records:
@@ -386,7 +490,9 @@ class Consumer:
                 await asyncio.sleep(0)  # let the driver run even if poll(0) is called in a loop
                 return records
             self._data.clear()
-            await _wait(self._data, remaining)
+            # A member goes round at least every GROUP_POLL_S: its rejoin, auto-commit and
+            # metadata checks happen there, and a long poll() counts as polling
+            await _wait(self._data, remaining if group is None else min(remaining, GROUP_POLL_S))
 
     def __aiter__(self) -> AsyncIterator[ConsumerRecord]:
         return self

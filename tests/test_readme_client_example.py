@@ -13,24 +13,36 @@ from tests.broker.cluster import Cluster
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
-def readme_example() -> str:
+def readme_example(heading: str = "## The client library") -> str:
     text = README.read_text()
-    section = text[text.index("## The client library"):]
+    section = text[text.index(heading):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
 
 
-def test_readme_client_example_runs(tmp_path: Path) -> None:
-    code = readme_example()
+def run_example(code: str, cluster: Cluster, tmp_path: Path, name: str) -> list[str]:
     assert "127.0.0.1:9092" in code
-    with Cluster(tmp_path, brokers=3) as cluster:
-        script = tmp_path / "example.py"
-        script.write_text(code.replace("127.0.0.1:9092", cluster.bootstrap))
-        out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                             timeout=120, cwd=README.parent)
+    script = tmp_path / name
+    script.write_text(code.replace("127.0.0.1:9092", cluster.bootstrap))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=120, cwd=README.parent)
     assert out.returncode == 0, out.stderr[-3000:]
-    lines = out.stdout.splitlines()
+    return out.stdout.splitlines()
+
+
+def test_readme_client_examples_run(tmp_path: Path) -> None:
+    """The client example, then the consumer-group example that continues it."""
+    with Cluster(tmp_path, brokers=3) as cluster:
+        lines = run_example(readme_example(), cluster, tmp_path, "example.py")
+        group_lines = run_example(readme_example("### Consumer groups"), cluster, tmp_path,
+                                  "group_example.py")
     topic, partition, offset, epoch = lines[0].split()
     assert topic == "orders" and offset == "0" and int(epoch) >= 0, lines
     assert lines[1] == f"0 {epoch} b'k' b'first'", lines
     assert lines[2] == f"{{TopicPartition(topic='orders', partition={partition}): (1, {epoch})}}", \
         lines
+    # one member: it is assigned every partition, reads the one record from the beginning, and
+    # its commit comes back with the record's leader epoch
+    assert group_lines[0] == "assigned [0, 1, 2]", group_lines
+    assert group_lines[1] == f"{partition} 0 b'first'", group_lines
+    assert f"TopicPartition(topic='orders', partition={partition}): (1, {epoch})" in \
+        group_lines[2], group_lines
