@@ -63,7 +63,9 @@ class LogTruncationError(KafkaError):
     """KIP-320: the log was truncated below the consumer's position (an unclean leader election),
     and auto_offset_reset is "none". divergent_offsets maps each partition to (offset,
     leader_epoch): the first offset the consumer's position and the leader's log disagree at, and
-    the leader epoch that offset belongs to on the leader, or -1 if it is not known."""
+    the epoch the leader's OffsetForLeaderEpoch answer named, that is, the last epoch the two
+    share, which ends at that offset (as Kafka's LogTruncationException reports it), or -1 if it
+    is not known. Seeking to the pair resumes right after what both logs hold."""
 
     def __init__(self, divergent_offsets: dict[TopicPartition, tuple[int, int]],
                  message: str = "") -> None:

@@ -42,6 +42,26 @@ def dump_batches(cluster: Cluster, broker_id: int, topic: str, index: int) -> li
     return batches
 
 
+def epoch_entries(cluster: Cluster, broker_id: int, topic: str, index: int = 0
+                  ) -> list[tuple[int, int]]:
+    """(leader epoch, start offset) of one replica, as `epochlog dump-checkpoint` prints its
+    leader-epoch-checkpoint."""
+    path = cluster.broker(broker_id).data_dir / f"{topic}-{index}" / "leader-epoch-checkpoint"
+    out = subprocess.run([sys.executable, "-m", "epochlog", "dump-checkpoint", str(path)],
+                         capture_output=True, text=True, timeout=60, check=True)
+    return [(e["epoch"], e["start_offset"]) for e in json.loads(out.stdout)["entries"]]
+
+
+def epoch_end(entries: list[tuple[int, int]], epoch: int, log_end: int) -> tuple[int, int]:
+    """What OffsetForLeaderEpoch(epoch) must answer from a replica with these checkpoint
+    entries: (the largest epoch <= `epoch`, the start of the next epoch, or log_end if none)."""
+    below = [i for i, (e, _) in enumerate(entries) if e <= epoch]
+    assert below, f"no epoch <= {epoch} in {entries}"
+    found = below[-1]
+    end = entries[found + 1][1] if found + 1 < len(entries) else log_end
+    return entries[found][0], end
+
+
 def partition_state(cluster: Cluster, topic: str) -> dict[int, Any]:
     md = cluster.metadata(topics=[topic])
     return {p.partition_index: p for t in md.topics for p in t.partitions}
