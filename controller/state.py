@@ -341,7 +341,9 @@ class ControllerState:
 
     def _shut_down(self, broker: Broker) -> list[tuple[str, int]]:
         """Controlled shutdown: lead nothing, leave ISRs where another member remains. Returns
-        the partitions it still leads (no other ISR member alive to take them)."""
+        the partitions it still leads that another replica may yet take: one alive but not in
+        the ISR may catch up. Where no other replica is alive (every broker stopping at once),
+        retrying cannot help, so such partitions are not reported and the broker stops at once."""
         bid = broker.broker_id
         if broker.state == ALIVE:
             self._emit(BrokerStateChanged(bid, broker.broker_epoch, SHUTTING_DOWN))
@@ -354,7 +356,8 @@ class ControllerState:
             if p.leader == bid:
                 new = self._pick_leader(p, exclude=bid, unclean=False)[0]
                 if new == NO_LEADER:
-                    remaining.append((topic.name, index))
+                    if any(self._alive(r) for r in p.replicas if r != bid):
+                        remaining.append((topic.name, index))
                     continue
                 self.counters["elections_clean"] += 1
                 self._change(topic, index, new, self._isr_with_leader(p, new, bid),
@@ -365,6 +368,10 @@ class ControllerState:
                 self._out.stop.setdefault(bid, []).append(
                     (topic.name, index, topic.partitions[index].leader_epoch, False))
         return remaining
+
+    def _alive(self, broker_id: int) -> bool:
+        b = self.brokers.get(broker_id)
+        return b is not None and b.eligible
 
     # ------------------------------------------------------------------------------ elections
     def _pick_leader(self, p: Partition, exclude: int | None, unclean: bool) -> tuple[int, bool]:

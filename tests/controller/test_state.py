@@ -224,6 +224,10 @@ def test_controlled_shutdown_moves_leadership_and_refuses_a_stale_epoch() -> Non
     create(s2, "u", [[1, 2]])
     s2.alter_partition(1, "u", 0, 0, 0, [1])
     assert s2.controlled_shutdown(1, e2[1], now_ms=1) == (0, [("u", 0)])
+    # Once the other replica is stopping too, nothing can take it: not reported, so the broker
+    # does not retry in vain (every broker of a cluster stopping at once).
+    s2.controlled_shutdown(2, e2[2], now_ms=1)
+    assert s2.controlled_shutdown(1, e2[1], now_ms=1) == (0, [])
 
 
 def test_elect_leaders_preferred_and_unclean() -> None:
