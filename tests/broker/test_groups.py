@@ -238,6 +238,9 @@ def test_coordinator_failover_keeps_the_group_and_its_committed_epochs(tmp_path:
             old.stop(signal.SIGKILL)
             new = coordinator(c, group)
             assert new is not old
+            # Named from some broker's metadata, it may not have loaded the group yet.
+            until("the new coordinator to have loaded the group",
+                  lambda: fetch(new, group, topic, [0])[0] == 0)
             _, after = fetch(new, group, topic, [0, 1, 2])
             assert after == before  # offsets and epochs replicated before they were answered
             read(total)  # the group goes on with the new coordinator

@@ -352,6 +352,41 @@ def test_unload_answers_parked_requests() -> None:
     assert h.group.heartbeat(h.now, 1, a, None) == E.COORDINATOR_NOT_AVAILABLE
 
 
+def test_a_new_coordinator_resumes_a_lost_rebalance_from_the_stored_generation() -> None:
+    """The coordinator died in CompletingRebalance: generation 2 was never stored, so the new
+    coordinator has generation 1 (Stable, a and b). What the members of the lost generation get
+    there is what tells each of them to rejoin; the group then forms generation 2 again."""
+    old = Harness()
+    a, b = old.stable_group(("a", "b"))
+    stored = old.group.snapshot(old.now)  # what generation 1's sync stored
+    leader = old.group.leader_id
+    assert leader is not None
+    follower = b if leader == a else a
+    c = old.new_member("c")
+    for member in (c, a, b):
+        old.join(member)
+    assert old.group.state is S.COMPLETING_REBALANCE and old.group.generation == 2
+
+    h = Harness()
+    h.group = Group.from_snapshot(stored, h.group.settings, h.now,
+                                  new_member_id=lambda prefix: f"{prefix}-new")
+    assert (h.group.state, h.group.generation, h.group.leader_id) == (S.STABLE, 1, leader)
+    assert h.answers[h.sync(leader, 2, [(a, b"A2")])].error == E.ILLEGAL_GENERATION
+    assert h.group.heartbeat(h.now, 2, follower, None) == E.ILLEGAL_GENERATION
+    assert h.answers[h.join(c)].error == E.UNKNOWN_MEMBER_ID  # not in the stored record
+    back = h.join(follower)  # unchanged protocols: generation 1 again, no rebalance
+    assert (h.answers[back].error, h.answers[back].generation) == (0, 1)
+    assert h.answers[h.sync(follower, 1)].assignment == follower.encode()
+    assert h.group.state is S.STABLE
+    lead = h.join(leader)  # the leader's rejoin starts the rebalance
+    assert h.group.state is S.PREPARING_REBALANCE and lead not in h.answers
+    newcomer = h.new_member("c")
+    joins = [lead, h.join(newcomer), h.join(follower)]
+    assert [h.answers[t].generation for t in joins] == [2, 2, 2]
+    assert {m for m, _, _ in h.answers[lead].members} == {a, b, newcomer}
+    assert h.group.state is S.COMPLETING_REBALANCE
+
+
 def test_invalid_transition_is_a_bug() -> None:
     g = Harness().group
     with pytest.raises(AssertionError):

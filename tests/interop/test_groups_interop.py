@@ -64,9 +64,18 @@ class KafkaPython:
         self.c = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      session_timeout_ms=6000, heartbeat_interval_ms=500, **kw)
-        # kafka-python's group leader assigns from its own metadata; joining before that
-        # metadata names the topic's partitions gave it an empty assignment that it did not
-        # always correct (issue 7's note): learn the partitions first, then subscribe.
+        # Learn the partitions before subscribing, to dodge a kafka-python 3.0.12 race (not
+        # ours: the broker rebalances on the leader's rejoin and hands out every partition).
+        # With no initial rebalance delay the join beats kafka-python's first topic metadata,
+        # so its leader assigns nothing ("No partition metadata for topic"); the metadata then
+        # differs from its assignment snapshot and it rejoins. If poll's timer runs out with
+        # that JoinGroup in flight, the join task is kept (coordinator/base.py
+        # join_group_async) and goes on to _perform_assignment, which sets
+        # _assignment_snapshot = _metadata_snapshot (coordinator/consumer.py): need_rejoin()
+        # turns False although the task's result was never taken, so ConsumerCoordinator.poll
+        # never awaits it again: the new assignment is not installed, heartbeats stay disabled
+        # and the session expires, while the consumer polls an empty assignment for good.
+        # (Java's poll checks rejoinNeededOrPending(): a join in flight counts.)
         assert self.c.partitions_for_topic(topic), f"kafka-python sees no partitions of {topic}"
         self.c.subscribe([topic])
 
