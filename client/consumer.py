@@ -388,10 +388,8 @@ class Consumer:
         st = self._state(partition)
         st.seek(offset, NO_EPOCH if leader_epoch is None else leader_epoch,
                 validate=self._validation_ok)
-        if leader_epoch is not None and leader_epoch > st.leader_epoch:
-            # KIP-320: validate only against a leader at least as new as the epoch we hold
-            st.awaiting_metadata_epoch = leader_epoch - 1
-            self._cluster.request_update()
+        if st.awaiting_metadata_epoch != NO_EPOCH:
+            self._cluster.request_update()  # the epoch is newer than our metadata's
         self._moved(st)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:

@@ -86,8 +86,14 @@ class PartitionState:
         self.in_flight = False
 
     def seek(self, offset: int, epoch: int, validate: bool) -> None:
+        """Move to offset, whose previous record has leader epoch epoch (-1: unknown). With an
+        epoch newer than the leader epoch our metadata shows (a committed offset written under a
+        leader we have not heard of yet), validation waits for metadata at least that new: a
+        leader we know as older, or a lagging broker's view, cannot judge it (KIP-320)."""
         self.position, self.position_epoch = offset, epoch
         self.moved(State.VALIDATE if validate and epoch >= 0 else State.FETCH)
+        if epoch > self.leader_epoch:
+            self.awaiting_metadata_epoch = epoch - 1
 
     def reset(self, policy: str) -> None:
         self.reset_policy = policy

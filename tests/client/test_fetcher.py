@@ -107,3 +107,20 @@ def test_a_leader_change_in_metadata_starts_validation_and_an_older_view_does_no
     assert not fetcher.on_metadata(st, 2, 6, True) and st.state is State.FETCH
     st = fetching()
     assert not fetcher.on_metadata(st, 2, 6, False)  # broker too old for KIP-320: skipped
+
+
+def test_a_seek_with_an_epoch_newer_than_metadata_waits_for_metadata_that_new() -> None:
+    """A committed (offset, epoch) from a leader our metadata does not know yet: validating it
+    with the leader we know (or a lagging broker's view) would be judged by an older epoch."""
+    st = PartitionState(TP)
+    fetcher.on_metadata(st, leader=1, leader_epoch=3, validation_supported=True)
+    st.seek(100, 5, validate=True)
+    assert st.state is State.VALIDATE and st.awaiting_metadata_epoch == 4
+    assert not fetcher.on_metadata(st, leader=1, leader_epoch=4, validation_supported=True)
+    assert st.awaiting_metadata_epoch == 4, "a view older than the epoch does not release it"
+    fetcher.on_metadata(st, leader=2, leader_epoch=5, validation_supported=True)
+    assert st.awaiting_metadata_epoch == fetcher.NO_EPOCH and st.state is State.VALIDATE
+    assert (st.position, st.position_epoch, st.leader, st.leader_epoch) == (100, 5, 2, 5)
+    # an epoch our metadata already covers is validated at once
+    st.seek(50, 4, validate=True)
+    assert st.awaiting_metadata_epoch == fetcher.NO_EPOCH and st.state is State.VALIDATE
