@@ -156,6 +156,20 @@ class ClusterClient:
                 errors.append(f"{host}:{port}: {exc}")
         raise ConnectionError("no broker answered: " + "; ".join(errors))
 
+    async def idle_connection(self) -> Connection:
+        """A connection with nothing in flight if one is open, else any_connection()'s. For
+        Metadata and FindCoordinator: a broker answers one connection's requests in order, so a
+        question sent behind a long-polling Fetch waits for it (up to fetch_max_wait_ms; a
+        group leader's assignment measurably waited so). Kafka's clients pick their "least
+        loaded node" for the same reason."""
+        conns = list(self._conns.values())
+        if self._bootstrap_conn is not None:
+            conns.append(self._bootstrap_conn)
+        for conn in conns:
+            if not conn.closed and conn.in_flight == 0:
+                return conn
+        return await self.any_connection()
+
     async def connection(self, node_id: int) -> Connection:
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
@@ -242,7 +256,7 @@ class ClusterClient:
             topics=None if topics is None else [MetadataRequestTopic(name=t) for t in topics],
             allow_auto_topic_creation=auto_create)
         self._last_refresh = time.monotonic()  # a failed attempt also waits out the backoff
-        answer: MetadataResponse = await self.request(await self.any_connection(), 3, request)
+        answer: MetadataResponse = await self.request(await self.idle_connection(), 3, request)
         self._update_requested = False
         self.refreshes += 1
         jitter = 1 - random.uniform(0, METADATA_AGE_JITTER)

@@ -171,6 +171,11 @@ class Connection:
     def closed(self) -> bool:
         return self._closed_reason is not None or self._transport is None
 
+    @property
+    def in_flight(self) -> int:
+        """Requests sent and not yet answered."""
+        return len(self._pending)
+
     async def connect(self, negotiate: bool = True) -> Connection:
         """Open the socket and, unless told not to, learn the server's API versions."""
         loop = asyncio.get_running_loop()
