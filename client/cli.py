@@ -35,6 +35,7 @@ from protocol.records import build_batch, iter_records
 from protocol.registry import APIS
 
 from .cluster import ClusterClient, KafkaError, PartitionView
+from .errors import KafkaError as ClientError
 from .partitioner import RoundRobin, partition_for_key
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -94,6 +95,11 @@ def add_parser(subparsers: Any) -> None:
                          help="with --group: assignors in order of preference")
     consume.add_argument("--timeout-ms", type=int, default=-1,
                          help="with --group: stop after this long without a record")
+    consume.add_argument("--consumer-property", action="append", default=[],
+                         metavar="NAME=VALUE", help="with --group: a client.Consumer setting, "
+                         "e.g. session_timeout_ms=10000 (repeatable)")
+    consume.add_argument("--log-level", default="WARNING",
+                         help="with --group: the client's log level (INFO shows rebalances)")
     _common(consume)
     consume.set_defaults(func=lambda args: _run(_consume(args)))
 
@@ -107,7 +113,7 @@ def _run(coro: Any) -> int:
 
     try:
         return int(uvloop.run(coro))
-    except (KafkaError, ConnectionError, TimeoutError, ValueError) as exc:
+    except (KafkaError, ClientError, ConnectionError, TimeoutError, ValueError) as exc:
         print(f"epochlog: {exc}", file=sys.stderr)
         return 1
 
@@ -265,6 +271,8 @@ def _print(out: Any, args: argparse.Namespace, partition: int, offset: int,
 async def group_consume(args: argparse.Namespace) -> int:
     """`epochlog consume TOPIC --group G`: a group member until --max-messages records, or
     --timeout-ms without one, or SIGINT/SIGTERM; it then commits and leaves the group."""
+    import inspect
+    import logging
     import signal
 
     from .consumer import Consumer
@@ -280,11 +288,17 @@ async def group_consume(args: argparse.Namespace) -> int:
     remaining = args.max_messages
     idle_s = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     strategies = [s.strip() for s in args.assignment_strategy.split(",") if s.strip()]
+    settings = _consumer_properties(args.consumer_property)
+    unknown = sorted(set(settings) - set(inspect.signature(Consumer).parameters))
+    if unknown:
+        raise ValueError(f"--consumer-property: Consumer has no setting {', '.join(unknown)}")
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     async with Consumer(args.bootstrap_server, group_id=args.group,
                         group_instance_id=args.group_instance_id,
                         partition_assignment_strategy=strategies,
                         auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        client_id="epochlog-console-consumer") as consumer:
+                        **{"client_id": "epochlog-console-consumer", **settings}) as consumer:
         consumer.subscribe([args.topic])
         last_record = loop.time()
         while remaining != 0 and not stop.is_set():
@@ -299,6 +313,28 @@ async def group_consume(args: argparse.Namespace) -> int:
             elif idle_s is not None and loop.time() - last_record >= idle_s:
                 break
     return 0  # closing committed the positions of what was printed (auto-commit), then left
+
+
+def _consumer_properties(items: list[str]) -> dict[str, Any]:
+    """--consumer-property NAME=VALUE items as Consumer keyword arguments: integers and
+    true/false are converted, anything else stays a string (the Consumer checks them)."""
+    settings: dict[str, Any] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise ValueError(f"--consumer-property {item!r} is not NAME=VALUE")
+        name, value = name.strip().replace(".", "_"), value.strip()
+        if name in {"group_id", "group_instance_id", "partition_assignment_strategy",
+                    "auto_offset_reset", "bootstrap_servers"}:
+            raise ValueError(f"--consumer-property {name}: use the option for it")
+        if value.lower() in ("true", "false"):
+            settings[name] = value.lower() == "true"
+        else:
+            try:
+                settings[name] = int(value)
+            except ValueError:
+                settings[name] = value
+    return settings
 
 
 async def _start_offsets(cluster: ClusterClient, args: argparse.Namespace,

@@ -180,7 +180,7 @@ class GroupMember:
         self._coordinator: Connection | None = None
         self._coordinator_id = -1
         # tasks
-        self._join: asyncio.Task[None] | None = None
+        self._join: asyncio.Task[Assignment | None] | None = None
         self._heartbeat: asyncio.Task[None] | None = None
         self._heartbeat_wake = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -190,6 +190,9 @@ class GroupMember:
         self._auto_commit: asyncio.Task[None] | None = None
         self._closed = False
         self._joining = False
+        self._syncing = False  # JoinGroup answered (a new generation), SyncGroup not yet
+        self._rejoin_at_once = False  # the last round's error needs no backoff
+        self._listener_error: BaseException | None = None  # raised once the round is over
 
     # ------------------------------------------------------------------ subscription
     def subscribe(self, topics: Iterable[str] | None, pattern: str | re.Pattern[str] | None,
@@ -237,22 +240,41 @@ class GroupMember:
             self._left_for_poll_interval = False
             self.request_rejoin("poll() called again after max_poll_interval_ms")
         await self._check_metadata()
+        join = self._join
+        if join is not None and join.done() and not join.cancelled() and \
+                join.exception() is None and self.generation == NO_GENERATION:
+            # The round completed after a poll() returned, and the generation it gave was lost
+            # before this one (max_poll_interval_ms, a session expiry): its assignment is stale.
+            self._join = None
+            self.request_rejoin("the generation of the last round was lost before poll()")
         if self._join is None and self.rejoin_reason is not None:
+            await self._before_join()  # here, in poll(): nothing is handed out meanwhile
             self._join = asyncio.get_running_loop().create_task(self._rebalance())
         if self._join is not None:
+            # Only the requests run as a task (it may outlive this poll); the assignment is
+            # taken here, so the listener runs inside poll() and a cooperative revoke commits
+            # consumed() as of this poll's start, after every record handed out before it.
             loop = asyncio.get_running_loop()
             try:
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):
-                    await asyncio.shield(self._join)
+                    await asyncio.wait({self._join})
             except TimeoutError:
+                pass
+            join = self._join
+            if not join.done():
                 return
-            finally:
-                if self._join is not None and self._join.done():
-                    join, self._join = self._join, None
-                    if not join.cancelled() and join.exception() is not None:
-                        self._fatal = join.exception()
-            if self._fatal is not None:
-                raise self._fatal
+            self._join = None
+            if not join.cancelled():
+                failed = join.exception()
+                if failed is not None:
+                    self._fatal = failed
+                    raise failed
+                assignment = join.result()
+                if assignment is not None:
+                    await self._take(assignment)
+            failed, self._listener_error = self._listener_error, None
+            if failed is not None:
+                raise failed
         self._ensure_heartbeat()
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit and \
                 (self._auto_commit is None or self._auto_commit.done()):
@@ -274,6 +296,16 @@ class GroupMember:
         if self._closed:
             return
         self._closed = True
+        join = self._join
+        if join is not None and not join.done() and self._syncing:
+            # Our generation is already the new one, whose commits the coordinator refuses
+            # (REBALANCE_IN_PROGRESS) until the SyncGroup completes: let it, so that the commit
+            # below goes through (cancelled, it left the group waiting for the sync deadline).
+            try:
+                async with asyncio.timeout(self.request_timeout_ms / 1000):
+                    await asyncio.wait({join})
+            except TimeoutError:
+                pass
         for task in (self._join, self._heartbeat, self._auto_commit):
             if task is not None and not task.done():
                 task.cancel()
@@ -313,7 +345,7 @@ class GroupMember:
         self._coordinator = None
         deadline = time.monotonic() + self.request_timeout_ms / 1000
         while True:
-            any_conn = await self.cluster.any_connection()
+            any_conn = await self.cluster.idle_connection()
             find = APIS[10]
             version = any_conn.version_for(find)
             if version >= 4:
@@ -359,10 +391,10 @@ class GroupMember:
             raise
 
     # ------------------------------------------------------------------ a rebalance round
-    async def _rebalance(self) -> None:
-        """Rejoin until a round completes: revoke (eager) or report what we own (cooperative),
-        JoinGroup, compute the assignment if we lead, SyncGroup, then take the assignment."""
-        await self._before_join()
+    async def _rebalance(self) -> Assignment | None:
+        """Rejoin until a round completes: JoinGroup (reporting what we own, cooperatively),
+        compute the assignment if we lead, SyncGroup. poll() revoked (eager) before, and takes
+        the assignment after: both tell the listener, which must run inside poll()."""
         backoff = self.retry_backoff_ms / 1000
         while not self._closed:
             try:
@@ -378,10 +410,11 @@ class GroupMember:
                 await asyncio.sleep(backoff)
                 continue
             if assignment is None:
-                await asyncio.sleep(backoff)
+                if not self._rejoin_at_once:
+                    await asyncio.sleep(backoff)
                 continue
-            await self._take(assignment)
-            return
+            return assignment
+        return None
 
     async def _before_join(self) -> None:
         if not self.owned:
@@ -425,7 +458,7 @@ class GroupMember:
         try:
             return await self._join_and_sync_once(request)
         finally:
-            self._joining = False
+            self._joining = self._syncing = False
             self._heartbeat_wake.set()
 
     async def _join_and_sync_once(self, request: JoinGroupRequest) -> Assignment | None:
@@ -442,6 +475,7 @@ class GroupMember:
             return None
         self.member_id, self.generation = answer.member_id, answer.generation_id
         self.protocol, self.leader_id = answer.protocol_name, answer.leader
+        self._syncing = True
         leading = answer.leader == answer.member_id
         assignments: list[SyncGroupRequestAssignment] = []
         if leading:
@@ -465,6 +499,10 @@ class GroupMember:
 
     def _join_failed(self, code: int, what: str) -> None:
         name = _code_name(code)
+        # The group moved on without us: rejoin at once, as Java does (bench/groups.py measured
+        # 100 ms more per such round with the backoff). Backoff for coordinator moves and loads.
+        self._rejoin_at_once = code in (E.REBALANCE_IN_PROGRESS, E.UNKNOWN_MEMBER_ID,
+                                        E.ILLEGAL_GENERATION, E.MEMBER_ID_REQUIRED)
         if code in FATAL_JOIN:
             raise error_for(code, f"{what} for group {self.group_id}")
         if code in COORDINATOR_GONE:
@@ -530,9 +568,17 @@ class GroupMember:
         self._heartbeat_wake.set()
 
     async def _call_listener(self, name: str, partitions: set[TopicPartition]) -> None:
-        result = getattr(self.listener, name)(partitions)
-        if inspect.isawaitable(result):
-            await result
+        """The listener's callback. What it raises does not stop the rebalance (a member stuck
+        half way would hold up the whole group): as in Java, the round completes and poll()
+        raises the first such error afterwards."""
+        try:
+            result = getattr(self.listener, name)(partitions)
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:
+            log.error("group %s: the rebalance listener's %s raised %r", self.group_id, name, exc)
+            if self._listener_error is None:
+                self._listener_error = exc
 
     async def _check_metadata(self) -> None:
         """Every metadata_max_age_ms: a pattern's topics, and (the leader) the partition counts of
@@ -734,6 +780,7 @@ class GroupMember:
         return {"group_id": self.group_id, "member_id": self.member_id,
                 "generation": self.generation, "protocol": self.protocol,
                 "leader": self.leader_id == self.member_id and bool(self.member_id),
+                "leader_id": self.leader_id,
                 "coordinator": self._coordinator_id, "rebalances": self.rebalances,
                 "assigned": sorted(self.owned)}
 
