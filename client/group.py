@@ -48,24 +48,13 @@ import inspect
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from protocol.apis.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from protocol.apis.heartbeat import HeartbeatRequest, HeartbeatResponse
 from protocol.apis.join_group import JoinGroupRequest, JoinGroupRequestProtocol, JoinGroupResponse
 from protocol.apis.leave_group import LeaveGroupRequest, LeaveGroupResponse, MemberIdentity
-from protocol.apis.offset_commit import (
-    OffsetCommitRequest,
-    OffsetCommitRequestPartition,
-    OffsetCommitRequestTopic,
-    OffsetCommitResponse,
-)
-from protocol.apis.offset_fetch import (
-    OffsetFetchRequest,
-    OffsetFetchRequestTopic,
-    OffsetFetchResponse,
-)
 from protocol.apis.sync_group import (
     SyncGroupRequest,
     SyncGroupRequestAssignment,
@@ -86,6 +75,14 @@ from .consumer_protocol import (
     encode_subscription,
 )
 from .errors import KafkaError, error_for
+from .group_offsets import (
+    Committed,
+    commit_errors,
+    commit_request,
+    committed_offsets,
+    fetch_errors,
+    fetch_request,
+)
 from .types import TopicPartition
 
 if TYPE_CHECKING:
@@ -103,7 +100,9 @@ RETRY_LATER = frozenset({E.COORDINATOR_LOAD_IN_PROGRESS, E.REQUEST_TIMED_OUT})
 FATAL_JOIN = frozenset({E.FENCED_INSTANCE_ID, E.INCONSISTENT_GROUP_PROTOCOL,
                         E.INVALID_SESSION_TIMEOUT, E.INVALID_GROUP_ID, E.GROUP_MAX_SIZE_REACHED,
                         E.GROUP_AUTHORIZATION_FAILED, E.UNSUPPORTED_VERSION})
-COMMIT_ATTEMPTS_MAX = 10  # a commit retries coordinator moves and loads this often at most
+# A commit refused with these: the group rebalanced since our generation
+REBALANCED = frozenset({E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.REBALANCE_IN_PROGRESS,
+                        E.FENCED_INSTANCE_ID})
 
 
 class CommitFailedError(KafkaError):
@@ -689,92 +688,63 @@ class GroupMember:
         coordinator moves and loads; CommitFailedError if the group rebalanced meanwhile."""
         if not offsets:
             return
-        topics: dict[str, list[OffsetCommitRequestPartition]] = {}
-        for tp, (offset, epoch) in sorted(offsets.items()):
-            topics.setdefault(tp.topic, []).append(OffsetCommitRequestPartition(
-                partition_index=tp.partition, committed_offset=offset,
-                committed_leader_epoch=epoch, committed_metadata=""))
-        request = OffsetCommitRequest(
-            group_id=self.group_id, generation_id_or_member_epoch=self.generation,
-            member_id=self.member_id, group_instance_id=self.group_instance_id,
-            topics=[OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()])
-        last = ""
-        for _ in range(COMMIT_ATTEMPTS_MAX):
-            try:
-                answer: OffsetCommitResponse = await self._request(8, request)
-            except NETWORK_ERRORS as exc:
-                last = f"{exc!r}"
-                await asyncio.sleep(self.retry_backoff_ms / 1000)
-                continue
-            codes = {p.error_code for t in answer.topics for p in t.partitions}
-            codes.discard(0)
-            if not codes:
-                log.debug("group %s: committed %s", self.group_id,
-                          {f"{tp.topic}-{tp.partition}": v for tp, v in offsets.items()})
-                return
-            code = min(codes)
-            last = _code_name(code)
-            if codes & COORDINATOR_GONE:
-                self._coordinator_lost(f"OffsetCommit: {last}")
-            elif codes <= RETRY_LATER:
-                pass
-            elif codes & {E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.REBALANCE_IN_PROGRESS,
-                          E.FENCED_INSTANCE_ID}:
-                if code != E.REBALANCE_IN_PROGRESS:
-                    self.generation = NO_GENERATION
-                    if code == E.UNKNOWN_MEMBER_ID:
-                        self.member_id = ""
-                self.request_rejoin(f"OffsetCommit: {last}")
-                raise CommitFailedError(
-                    f"group {self.group_id}: commit refused ({last}): the group rebalanced; "
-                    "poll() again to rejoin")
-            else:
-                raise error_for(code, f"commit offsets of group {self.group_id}")
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
-        raise KafkaError(f"group {self.group_id}: commit failed after {COMMIT_ATTEMPTS_MAX} "
-                         f"attempts: {last}")
+        request = commit_request(self.group_id, self.generation, self.member_id,
+                                 self.group_instance_id, offsets)
+        _, codes = await self._ask_coordinator(8, request, "OffsetCommit", commit_errors)
+        if not codes:
+            log.debug("group %s: committed %s", self.group_id,
+                      {f"{tp.topic}-{tp.partition}": v for tp, v in offsets.items()})
+            return
+        code = min(codes)
+        if codes & REBALANCED:
+            if code != E.REBALANCE_IN_PROGRESS:
+                self.generation = NO_GENERATION
+                if code == E.UNKNOWN_MEMBER_ID:
+                    self.member_id = ""
+            self.request_rejoin(f"OffsetCommit: {_code_name(code)}")
+            raise CommitFailedError(
+                f"group {self.group_id}: commit refused ({_code_name(code)}): the group "
+                "rebalanced; poll() again to rejoin")
+        raise error_for(code, f"commit offsets of group {self.group_id}")
 
-    async def committed(self, partitions: Iterable[TopicPartition]
-                        ) -> dict[TopicPartition, tuple[int, int] | None]:
+    async def committed(self, partitions: Iterable[TopicPartition]) -> Committed:
         """(offset, leader epoch) committed per partition, None where nothing is committed."""
-        wanted = sorted(set(partitions))
+        wanted = set(partitions)
         if not wanted:
             return {}
-        topics: dict[str, list[int]] = {}
-        for tp in wanted:
-            topics.setdefault(tp.topic, []).append(tp.partition)
-        request = OffsetFetchRequest(
-            group_id=self.group_id, require_stable=True,
-            topics=[OffsetFetchRequestTopic(name=t, partition_indexes=ps)
-                    for t, ps in topics.items()])
+        answer, codes = await self._ask_coordinator(
+            9, fetch_request(self.group_id, wanted), "OffsetFetch", fetch_errors,
+            RETRY_LATER | {E.UNSTABLE_OFFSET_COMMIT})
+        if codes:
+            raise error_for(min(codes), f"fetch committed offsets of group {self.group_id}")
+        return committed_offsets(answer, wanted)
+
+    async def _ask_coordinator(self, key: int, request: Any, what: str,
+                               errors_of: Callable[[Any], set[int]],
+                               retry: frozenset[int] = RETRY_LATER) -> tuple[Any, set[int]]:
+        """Send request to the coordinator; again after a network error, a coordinator move,
+        or only error codes in retry, for up to request_timeout_ms (a coordinator failover
+        takes a broker's session to be noticed, so a count of tries is the wrong bound). The
+        answer and its error codes (empty: all went well)."""
         last = ""
-        for _ in range(COMMIT_ATTEMPTS_MAX):
+        deadline = time.monotonic() + self.request_timeout_ms / 1000
+        attempts = 0
+        while attempts == 0 or time.monotonic() < deadline:
+            attempts += 1
             try:
-                answer: OffsetFetchResponse = await self._request(9, request)
+                answer = await self._request(key, request)
             except NETWORK_ERRORS as exc:
-                last = f"{exc!r}"
-                await asyncio.sleep(self.retry_backoff_ms / 1000)
-                continue
-            codes = {answer.error_code} | {p.error_code for t in answer.topics
-                                           for p in t.partitions}
-            codes.discard(0)
-            if not codes:
-                out: dict[TopicPartition, tuple[int, int] | None] = {tp: None for tp in wanted}
-                for t in answer.topics:
-                    for p in t.partitions:
-                        if p.committed_offset >= 0:
-                            out[TopicPartition(t.name, p.partition_index)] = (
-                                p.committed_offset, p.committed_leader_epoch)
-                return out
-            code = min(codes)
-            last = _code_name(code)
-            if codes & COORDINATOR_GONE:
-                self._coordinator_lost(f"OffsetFetch: {last}")
-            elif not codes <= RETRY_LATER | {E.UNSTABLE_OFFSET_COMMIT}:
-                raise error_for(code, f"fetch committed offsets of group {self.group_id}")
+                last = repr(exc)
+            else:
+                codes = errors_of(answer)
+                last = ", ".join(sorted(_code_name(c) for c in codes))
+                if codes & COORDINATOR_GONE:
+                    self._coordinator_lost(f"{what}: {last}")
+                elif not codes <= retry or not codes:
+                    return answer, codes
             await asyncio.sleep(self.retry_backoff_ms / 1000)
-        raise KafkaError(f"group {self.group_id}: committed offsets not fetched after "
-                         f"{COMMIT_ATTEMPTS_MAX} attempts: {last}")
+        raise KafkaError(f"group {self.group_id}: {what} failed after {attempts} attempts in "
+                         f"{self.request_timeout_ms} ms: {last}")
 
     def metrics(self) -> dict[str, Any]:
         return {"group_id": self.group_id, "member_id": self.member_id,
