@@ -231,6 +231,7 @@ class Consumer:
         self._iter_records: collections.deque[ConsumerRecord] = collections.deque()
         self._asked_topics: set[str] = set()  # topics some metadata refresh has asked about
         self._consumed: dict[TopicPartition, tuple[int, int]] = {}  # positions at poll() entry
+        self._awaiting_committed: set[TopicPartition] = set()  # assign()ed with a group_id
         self._group: GroupMember | None = None
         if group_id is not None:
             self._group = GroupMember(
@@ -288,25 +289,53 @@ class Consumer:
         """Read exactly these partitions (replacing the previous assignment). Partitions kept
         keep their position; new ones start at auto_offset_reset (or need a seek with "none").
         Not with subscribe(): the group assigns then."""
-        if self._group is not None and (self._group.topics or self._group.pattern):
+        if self._group is not None and not self._group.manual:
             raise KafkaError("assign() and subscribe() are exclusive: unsubscribe() first")
-        self._assign({TopicPartition(*tp) for tp in partitions})
+        self._assign({TopicPartition(*tp) for tp in partitions},
+                      from_committed=self._group is not None)
 
-    def _assign(self, wanted: set[TopicPartition]) -> None:
+    def _assign(self, wanted: set[TopicPartition], from_committed: bool = False) -> None:
+        """from_committed: new partitions wait (BLOCKED, no error) for the group's committed
+        offsets, which the next poll() looks up (_start_positions)."""
         for tp in list(self._states):
             if tp not in wanted:
                 del self._states[tp]
                 self._errors.pop(tp, None)
+        self._awaiting_committed &= wanted
         for tp in wanted:
             if tp not in self._states:
                 st = self._states[tp] = PartitionState(tp)
-                if self.auto_offset_reset == NONE:
+                if from_committed:
                     st.state = State.BLOCKED
-                    self._errors[tp] = ("no_offset", -1, NO_EPOCH)
-                else:
-                    st.reset(self.auto_offset_reset)
+                    self._awaiting_committed.add(tp)
+                    continue
+                self._reset_or_block(st)
         self._drop_buffered(lambda c: c.st.tp not in wanted)
         self._cluster.request_update()
+        self._wake.set()
+
+    def _reset_or_block(self, st: PartitionState) -> None:
+        """No position: auto_offset_reset, or with "none" an error until the user seeks."""
+        if self.auto_offset_reset == NONE:
+            st.state = State.BLOCKED
+            self._errors[st.tp] = ("no_offset", -1, NO_EPOCH)
+        else:
+            st.reset(self.auto_offset_reset)
+
+    def _start_positions(self, committed: Mapping[TopicPartition, tuple[int, int] | None]
+                         ) -> None:
+        """Positions of assign()ed partitions from the group's committed (offset, epoch), seeked
+        so as to be validated (KIP-320); auto_offset_reset where nothing is committed."""
+        for tp, pair in committed.items():
+            st = self._states.get(tp)
+            if tp not in self._awaiting_committed or st is None:
+                continue  # unassigned or seeked meanwhile
+            self._awaiting_committed.discard(tp)
+            if pair is not None:
+                self.seek(tp, pair[0], pair[1] if pair[1] >= 0 else None)
+            else:
+                self._reset_or_block(st)
+                self._data.set()
         self._wake.set()
 
     def assignment(self) -> set[TopicPartition]:
@@ -418,6 +447,8 @@ class Consumer:
         reset may have to ask the leader first)."""
         st = self._state(partition)
         self._ensure_driver()
+        if st.tp in self._awaiting_committed and self._group is not None:
+            await self._group.start_from_committed()
         deadline = asyncio.get_running_loop().time() + timeout_ms / 1000
         while st.state is State.RESET or st.state is State.BLOCKED:
             self._raise_errors()
@@ -454,6 +485,7 @@ class Consumer:
 
     def _moved(self, st: PartitionState) -> None:
         self._errors.pop(st.tp, None)
+        self._awaiting_committed.discard(st.tp)  # the user chose a position
         self._drop_buffered(lambda c: c.st is st)
         self._wake.set()
 

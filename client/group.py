@@ -233,7 +233,9 @@ class GroupMember:
         self._last_poll = time.monotonic()
         if self._fatal is not None:
             raise self._fatal
-        if not self.topics and self.pattern is None:
+        if self.manual:
+            await self.start_from_committed()
+            self._maybe_auto_commit()
             return
         if self._left_for_poll_interval:
             self._left_for_poll_interval = False
@@ -275,6 +277,23 @@ class GroupMember:
             if failed is not None:
                 raise failed
         self._ensure_heartbeat()
+        self._maybe_auto_commit()
+
+    @property
+    def manual(self) -> bool:
+        """Partitions come from assign(), not the group: commits go with no generation (as
+        Kafka's "simple" consumers do), and positions still start from committed offsets."""
+        return not self.topics and self.pattern is None
+
+    async def start_from_committed(self) -> None:
+        """assign()ed partitions with no position yet: their committed (offset, epoch), else
+        auto_offset_reset (Java's consumer does the same with a group.id)."""
+        waiting = set(self.consumer._awaiting_committed)
+        if waiting:
+            committed = await self.committed(waiting)
+            self.consumer._start_positions(committed)
+
+    def _maybe_auto_commit(self) -> None:
         if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit and \
                 (self._auto_commit is None or self._auto_commit.done()):
             self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
@@ -310,12 +329,13 @@ class GroupMember:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
         try:
-            if self.generation != NO_GENERATION and self.owned:
-                if self.enable_auto_commit:
-                    try:
-                        await self.commit(self.consumer.positions())
-                    except KafkaError as exc:
-                        log.warning("group %s: commit on close failed: %s", self.group_id, exc)
+            member = self.generation != NO_GENERATION and bool(self.owned)
+            if self.enable_auto_commit and (member or self.manual):
+                try:
+                    await self.commit(self.consumer.positions())
+                except KafkaError as exc:
+                    log.warning("group %s: commit on close failed: %s", self.group_id, exc)
+            if member:
                 await self._call_listener("on_partitions_revoked", set(self.owned))
             await self._leave("the consumer is closing")
         finally:
@@ -409,6 +429,8 @@ class GroupMember:
                 await asyncio.sleep(backoff)
                 continue
             if assignment is None:
+                if self.generation == NO_GENERATION and self.owned:
+                    return None  # poll() reports what we own as lost, then joins afresh
                 if not self._rejoin_at_once:
                     await asyncio.sleep(backoff)
                 continue

@@ -839,3 +839,40 @@ async def test_a_listener_that_raises_does_not_stall_the_rebalance(cluster: Clus
         if b is not None:
             await b.close()
         await a.consumer.close()
+
+
+async def test_assign_with_a_group_id_resumes_from_committed_offsets_and_auto_commits(
+        cluster: Cluster) -> None:
+    """assign() with a group_id, as Java's consumer: positions start from the group's committed
+    offsets (auto_offset_reset where none), auto-commit and close commit (no generation)."""
+    topic, group = "manual-assign", "g-manual-assign"
+    cluster.create_topic(topic, partitions=2)
+    tps = [TopicPartition(topic, 0), TopicPartition(topic, 1)]
+    await produce(cluster, topic, 2, 20)
+    settings = {**FAST, "auto_commit_interval_ms": 100}
+    async with Consumer(cluster.bootstrap, group_id=group, **settings) as first:
+        first.assign(tps)
+        read: list[ConsumerRecord] = []
+        await until_read(first, read, 20)
+        epochs = {r.partition: r.leader_epoch for r in read}
+    async with Consumer(cluster.bootstrap, group_id=group, **settings) as second:
+        assert await second.committed(tps) == {tp: (10, epochs[tp.partition]) for tp in tps}, \
+            "close committed the positions, with their epochs"
+        new = await produce(cluster, topic, 2, 4, start=20)
+        second.assign(tps)
+        assert await second.position(tps[0]) == 10, "from the committed offset, not earliest"
+        read = []
+        await until_read(second, read, 4)
+        assert sorted(r.value or b"" for r in read) == sorted(new)
+        deadline = time.monotonic() + WAIT_S
+        while await second.committed(tps) != {tp: (12, epochs[tp.partition]) for tp in tps}:
+            assert time.monotonic() < deadline, "auto-commit did not commit what was read"
+            await second.poll(timeout_ms=50)
+
+
+async def until_read(consumer: Consumer, read: list[ConsumerRecord], count: int) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while len(read) < count:
+        assert time.monotonic() < deadline, f"read {len(read)} of {count} records"
+        read += await consumer.poll(timeout_ms=100)
+    assert len(read) == count, f"read {len(read)} records, expected {count}"
