@@ -84,14 +84,20 @@ def _to_assignments(result: Mapping[str, Iterable[TopicPartition]]) -> dict[str,
     return {member: Assignment(sorted(partitions)) for member, partitions in result.items()}
 
 
-class RangeAssignor:
-    name = "range"
+class _EagerAssignor:
+    """An assignor for the EAGER rebalance protocol: its subscription says only what Kafka's
+    subscription fields hold; the assignment ignores what members own."""
+
     cooperative = False
 
     def subscription(
         self, topics: Iterable[str], owned: Iterable[TopicPartition], generation_id: int, rack_id: str | None
     ) -> Subscription:
         return _plain_subscription(topics, owned, generation_id, rack_id)
+
+
+class RangeAssignor(_EagerAssignor):
+    name = "range"
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
@@ -115,14 +121,8 @@ class RangeAssignor:
         return _to_assignments(result)
 
 
-class RoundRobinAssignor:
+class RoundRobinAssignor(_EagerAssignor):
     name = "roundrobin"
-    cooperative = False
-
-    def subscription(
-        self, topics: Iterable[str], owned: Iterable[TopicPartition], generation_id: int, rack_id: str | None
-    ) -> Subscription:
-        return _plain_subscription(topics, owned, generation_id, rack_id)
 
     def assign(
         self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
