@@ -94,7 +94,8 @@ def add_parser(subparsers: Any) -> None:
     consume.add_argument("--assignment-strategy", default="range,cooperative-sticky",
                          help="with --group: assignors in order of preference")
     consume.add_argument("--timeout-ms", type=int, default=-1,
-                         help="with --group: stop after this long without a record")
+                         help="with --group: stop after this long without a record (counted "
+                         "from its latest rebalance too)")
     consume.add_argument("--consumer-property", action="append", default=[],
                          metavar="NAME=VALUE", help="with --group: a client.Consumer setting, "
                          "e.g. session_timeout_ms=10000 (repeatable)")
@@ -270,7 +271,8 @@ def _print(out: Any, args: argparse.Namespace, partition: int, offset: int,
 
 async def group_consume(args: argparse.Namespace) -> int:
     """`epochlog consume TOPIC --group G`: a group member until --max-messages records, or
-    --timeout-ms without one, or SIGINT/SIGTERM; it then commits and leaves the group."""
+    --timeout-ms without one (or since its latest rebalance), or SIGINT/SIGTERM; it then
+    commits and leaves the group."""
     import inspect
     import logging
     import signal
@@ -300,7 +302,11 @@ async def group_consume(args: argparse.Namespace) -> int:
                         auto_offset_reset="earliest" if args.from_beginning else "latest",
                         **{"client_id": "epochlog-console-consumer", **settings}) as consumer:
         consumer.subscribe([args.topic])
-        last_record = loop.time()
+        # --timeout-ms counts from the last record or the last rebalance, whichever is later,
+        # and not before the first: a group's first join may wait out
+        # group_initial_rebalance_delay_ms (3 s, more as members keep arriving), and a member
+        # must not give up before it had partitions.
+        last_record, rebalances = loop.time(), 0
         while remaining != 0 and not stop.is_set():
             records = await consumer.poll(timeout_ms=200, max_records=(
                 remaining if remaining > 0 else None))
@@ -309,8 +315,10 @@ async def group_consume(args: argparse.Namespace) -> int:
             out.flush()
             if records:
                 remaining -= len(records) if remaining > 0 else 0
-                last_record = loop.time()
-            elif idle_s is not None and loop.time() - last_record >= idle_s:
+            now_rebalances = consumer.group_metadata()["rebalances"]
+            if records or now_rebalances != rebalances:
+                last_record, rebalances = loop.time(), now_rebalances
+            elif idle_s is not None and rebalances and loop.time() - last_record >= idle_s:
                 break
     return 0  # closing committed the positions of what was printed (auto-commit), then left
 

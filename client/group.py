@@ -324,7 +324,8 @@ class GroupMember:
                     await asyncio.wait({join})
             except TimeoutError:
                 pass
-        for task in (self._join, self._heartbeat, self._auto_commit):
+        await self._cancel_join()
+        for task in (self._heartbeat, self._auto_commit):
             if task is not None and not task.done():
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
@@ -344,16 +345,26 @@ class GroupMember:
                 self._coordinator = None
 
     async def unsubscribe(self) -> None:
-        if self._join is not None:
-            self._join.cancel()
-            await asyncio.gather(self._join, return_exceptions=True)
-            self._join = None
+        await self._cancel_join()
         if self.owned:
             await self._call_listener("on_partitions_revoked", set(self.owned))
         await self._leave("unsubscribed")
         self.topics, self.pattern = set(), None
         self.owned = set()
         self.consumer._group_assign(set(), {})
+
+    async def _cancel_join(self) -> None:
+        """Stop a round under way. A JoinGroup parked at the coordinator would hold up every
+        later request on its connection (a broker answers a connection in order: a LeaveGroup
+        behind it waited for the whole rebalance), so that connection goes too."""
+        join, self._join = self._join, None
+        if join is None or join.done():
+            return
+        parked = self._joining
+        join.cancel()
+        await asyncio.gather(join, return_exceptions=True)
+        if parked:
+            self._coordinator_lost("a JoinGroup on its connection was given up")
 
     # ------------------------------------------------------------------ the coordinator
     async def _coordinator_conn(self) -> Connection:

@@ -876,3 +876,31 @@ async def until_read(consumer: Consumer, read: list[ConsumerRecord], count: int)
         assert time.monotonic() < deadline, f"read {len(read)} of {count} records"
         read += await consumer.poll(timeout_ms=100)
     assert len(read) == count, f"read {len(read)} records, expected {count}"
+
+
+async def test_closing_during_a_parked_join_leaves_at_once(cluster: Cluster) -> None:
+    """A JoinGroup waits at the coordinator for the whole rebalance, and a broker answers one
+    connection in order: a LeaveGroup sent behind it would wait as long. close() gives that
+    connection up and leaves on a new one."""
+    topic, group = "parked-join", "g-parked-join"
+    cluster.create_topic(topic, partitions=2)
+    slow = {"session_timeout_ms": 20_000, "max_poll_interval_ms": 20_000}
+    a = await Member("a", cluster, group, Ledger(), [topic], **slow).start()
+    b = Consumer(cluster.bootstrap, group_id=group, client_id="b", **{**FAST, **slow})
+    try:
+        await until("a alone", lambda: a.owned() == {TopicPartition(topic, 0),
+                                                      TopicPartition(topic, 1)})
+        await a.stop_polling()  # a will not rejoin: the rebalance b starts waits for 20 s
+        await b.start()
+        b.subscribe([topic])
+        deadline = time.monotonic() + WAIT_S
+        while not b._group._joining:  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "b's JoinGroup never went out"
+            await b.poll(timeout_ms=50)
+        await asyncio.sleep(0.3)  # parked at the coordinator
+        started = time.monotonic()
+        await b.close()
+        assert time.monotonic() - started < 3, "close waited behind the parked JoinGroup"
+    finally:
+        await b.close()
+        await a.close()
