@@ -9,6 +9,8 @@ What is checked, and why:
 - a member whose event loop stalls (as a stopped process: heartbeats stop too) is expelled after
   session_timeout_ms; when it runs again its commit fails (CommitFailedError), it reports its
   partitions lost and rejoins;
+- heartbeats go on while the application is busy between polls: three session timeouts without
+  poll() (within max_poll_interval_ms) change nothing;
 - max_poll_interval_ms: a member whose heartbeats go on but whose application stopped calling
   poll() leaves the group; the next poll() reports the partitions lost and rejoins;
 - static membership: a restarted member (same group_instance_id) gets its partitions back without a
@@ -904,3 +906,28 @@ async def test_closing_during_a_parked_join_leaves_at_once(cluster: Cluster) -> 
     finally:
         await b.close()
         await a.close()
+
+
+async def test_heartbeats_keep_a_busy_member_in_the_group(cluster: Cluster) -> None:
+    """An application busy for three session timeouts between polls (well within
+    max_poll_interval_ms) keeps its partitions: heartbeats go on without poll()."""
+    topic, group = "busy-app", "g-busy-app"
+    cluster.create_topic(topic, partitions=4)
+    partitions = {TopicPartition(topic, p) for p in range(4)}
+    ledger = Ledger()
+    busy = await Member("busy", cluster, group, ledger, [topic],
+                        max_poll_interval_ms=20_000).start()
+    other = await Member("other", cluster, group, ledger, [topic]).start()
+    try:
+        await until("two members", lambda: stable([busy, other], partitions))
+        generation, events = busy.generation(), len(ledger.events)
+        await busy.stop_polling()
+        await asyncio.sleep(3 * SESSION_MS / 1000)
+        assert busy.generation() == other.generation() == generation
+        assert len(ledger.events) == events, ledger.events[events:]  # nobody was told a thing
+        busy.polling.set()
+        await asyncio.sleep(0.3)
+        assert stable([busy, other], partitions) and busy.generation() == generation
+    finally:
+        await busy.close()
+        await other.close()
