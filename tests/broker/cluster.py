@@ -150,7 +150,10 @@ class Child:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"{self.name} did not stop within {timeout_s}s") from None
+            if self._reader is not None:
+                self._reader.join(1.0)
+            raise AssertionError(f"{self.name} did not stop within {timeout_s}s; its log ends:\n"
+                                 + "\n".join(self.lines[-30:])) from None
         if self._reader is not None:
             self._reader.join(timeout_s)
         return rc
