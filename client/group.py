@@ -190,6 +190,8 @@ class GroupMember:
         self._closed = False
         self._joining = False
         self._syncing = False  # JoinGroup answered (a new generation), SyncGroup not yet
+        self._synced = asyncio.Event()  # set whenever _syncing is False
+        self._synced.set()
         self._rejoin_at_once = False  # the last round's error needs no backoff
         self._listener_error: BaseException | None = None  # raised once the round is over
 
@@ -491,6 +493,7 @@ class GroupMember:
             return await self._join_and_sync_once(request)
         finally:
             self._joining = self._syncing = False
+            self._synced.set()
             self._heartbeat_wake.set()
 
     async def _join_and_sync_once(self, request: JoinGroupRequest) -> Assignment | None:
@@ -508,6 +511,7 @@ class GroupMember:
         self.member_id, self.generation = answer.member_id, answer.generation_id
         self.protocol, self.leader_id = answer.protocol_name, answer.leader
         self._syncing = True
+        self._synced.clear()
         leading = answer.leader == answer.member_id
         assignments: list[SyncGroupRequestAssignment] = []
         if leading:
@@ -721,6 +725,16 @@ class GroupMember:
         coordinator moves and loads; CommitFailedError if the group rebalanced meanwhile."""
         if not offsets:
             return
+        if self._syncing:
+            # Between our JoinGroup's answer and our SyncGroup's the group is
+            # CompletingRebalance, where the coordinator refuses commits (Kafka's consumer fails
+            # them up front). Cooperative members keep reading then, so wait for the sync.
+            try:
+                async with asyncio.timeout(self.request_timeout_ms / 1000):
+                    await self._synced.wait()
+            except TimeoutError:
+                raise CommitFailedError(f"group {self.group_id}: a rebalance is completing; "
+                                        "poll() and commit again") from None
         request = commit_request(self.group_id, self.generation, self.member_id,
                                  self.group_instance_id, offsets)
         _, codes = await self._ask_coordinator(8, request, "OffsetCommit", commit_errors)
@@ -734,7 +748,10 @@ class GroupMember:
                 self.generation = NO_GENERATION
                 if code == E.UNKNOWN_MEMBER_ID:
                     self.member_id = ""
-            self.request_rejoin(f"OffsetCommit: {_code_name(code)}")
+            if self._join is None or self._join.done():
+                # (a round under way settles it: asking for another after it made members
+                # that commit during rounds rebalance for ever)
+                self.request_rejoin(f"OffsetCommit: {_code_name(code)}")
             raise CommitFailedError(
                 f"group {self.group_id}: commit refused ({_code_name(code)}): the group "
                 "rebalanced; poll() again to rejoin")

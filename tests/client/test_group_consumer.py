@@ -931,3 +931,47 @@ async def test_heartbeats_keep_a_busy_member_in_the_group(cluster: Cluster) -> N
     finally:
         await busy.close()
         await other.close()
+
+
+async def test_cooperative_members_committing_after_every_poll_settle(cluster: Cluster) -> None:
+    """Cooperative members read (and commit) during a round. A commit landing between a
+    member's JoinGroup and SyncGroup answers is refused (CompletingRebalance); that refusal once
+    asked for another round, whose own window caught the next commit: the group rebalanced for
+    ever (found by tests/chaos/test_group_kill.py). Now the commit waits for the sync."""
+    topic, group = "coop-commits", "g-coop-commits"
+    cluster.create_topic(topic, partitions=4)
+    await produce(cluster, topic, 4, 2000)
+    stop = asyncio.Event()
+    generations: dict[str, int] = {}
+    failures: list[str] = []
+
+    async def member(name: str) -> None:
+        async with Consumer(cluster.bootstrap, group_id=group, client_id=name,
+                            partition_assignment_strategy=COOPERATIVE,
+                            enable_auto_commit=False, **FAST) as c:
+            c.subscribe([topic])
+            while not stop.is_set():
+                await c.poll(timeout_ms=100)
+                try:
+                    await c.commit()
+                except CommitFailedError as exc:
+                    failures.append(str(exc))
+                generations[name] = int(c.group_metadata()["generation"])
+
+    a = asyncio.get_running_loop().create_task(member("a"))
+    try:
+        await until("a alone", lambda: generations.get("a", -1) > 0)
+        b = asyncio.get_running_loop().create_task(member("b"))
+        try:
+            await until("both in one generation", lambda: len(set(generations.values())) == 1
+                        and len(generations) == 2 and -1 not in generations.values())
+            await asyncio.sleep(1.0)  # the cooperative second round
+            settled = dict(generations)
+            await asyncio.sleep(3.0)
+            assert generations == settled, f"still rebalancing: {settled} -> {generations}"
+        finally:
+            stop.set()
+            await b
+    finally:
+        stop.set()
+        await a
