@@ -79,6 +79,18 @@ def _internal_note(listeners: dict[str, tuple[str, int]], config: BrokerConfig) 
     return f", internal listener on {config.internal_listen} (advertised {host}:{port})"
 
 
+def log_tasks() -> None:
+    """SIGUSR1: every asyncio task and where it waits, to the log (a broker that does not stop
+    or answer can be asked what it is doing: `kill -USR1 PID`)."""
+    import io
+
+    out = io.StringIO()
+    tasks = asyncio.all_tasks()
+    for task in sorted(tasks, key=lambda t: t.get_name()):
+        task.print_stack(limit=6, file=out)
+    log.warning("SIGUSR1: %d tasks\n%s", len(tasks), out.getvalue())
+
+
 async def serve(config: BrokerConfig) -> int:
     from .app import Broker
 
@@ -87,6 +99,7 @@ async def serve(config: BrokerConfig) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGUSR1, log_tasks)
     starting = asyncio.ensure_future(broker.start())
     stopping = asyncio.ensure_future(stop.wait())
     await asyncio.wait([starting, stopping], return_when=asyncio.FIRST_COMPLETED)

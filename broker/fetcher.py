@@ -141,7 +141,7 @@ class ReplicaFetcherManager:
         conn: Connection | None = None
         connect_failures = 0
         try:
-            while len(fetcher):
+            while len(fetcher) and not self.closed:
                 if conn is None or conn.closed:
                     conn = await self._connect(source_id, fetcher)
                     if conn is None:

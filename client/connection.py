@@ -179,9 +179,12 @@ class Connection:
     async def connect(self, negotiate: bool = True) -> Connection:
         """Open the socket and, unless told not to, learn the server's API versions."""
         loop = asyncio.get_running_loop()
-        transport, stream = await asyncio.wait_for(
-            loop.create_connection(lambda: _Stream(self), self.host, self.port),
-            self.connect_timeout_ms / 1000)
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns (or raises) the
+        # connection's outcome when a cancellation arrives as the attempt ends, and swallows the
+        # cancellation; a broker's follower fetcher then never stopped and its stop hung
+        async with asyncio.timeout(self.connect_timeout_ms / 1000):
+            transport, stream = await loop.create_connection(lambda: _Stream(self), self.host,
+                                                             self.port)
         self._transport, self._stream = transport, stream
         self._closed_reason = None
         if negotiate:
@@ -313,8 +316,8 @@ class Connection:
         stream = self._stream
         if stream is not None:
             try:  # transport.close() sends what is buffered first; a peer may not take it
-                await asyncio.wait_for(asyncio.shield(stream.closed),
-                                       self.connect_timeout_ms / 1000)
+                async with asyncio.timeout(self.connect_timeout_ms / 1000):  # (see connect)
+                    await asyncio.shield(stream.closed)
             except TimeoutError:
                 assert self._transport is not None
                 self._transport.abort()

@@ -445,9 +445,10 @@ class Producer:
                 raise KafkaTimeoutError(f"buffer_memory ({self._buffer_memory} bytes) stayed "
                                         f"full for max_block_ms ({self._max_block_s * 1000:.0f} "
                                         "ms)")
-            try:
-                await asyncio.wait_for(self._memory_freed.wait(), left)
-            except asyncio.TimeoutError:
+            try:  # asyncio.timeout: 3.11's wait_for can swallow a cancellation
+                async with asyncio.timeout(left):
+                    await self._memory_freed.wait()
+            except TimeoutError:
                 pass
 
     async def partitions_for(self, topic: str) -> list[int]:

@@ -129,9 +129,10 @@ class BrokerSender:
 
     async def _pause(self, ms: int) -> None:
         """Back off, but wake at once if the generation ends."""
-        try:
-            await asyncio.wait_for(self._retired.wait(), ms / 1000)
-        except asyncio.TimeoutError:
+        try:  # asyncio.timeout: 3.11's wait_for can swallow a cancellation
+            async with asyncio.timeout(ms / 1000):
+                await self._retired.wait()
+        except TimeoutError:
             pass
 
     async def _close(self) -> None:

@@ -148,12 +148,14 @@ class Child:
         try:
             rc = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGUSR1)  # a broker logs its tasks' stacks
+            time.sleep(1.0)
             self.proc.kill()
             self.proc.wait()
             if self._reader is not None:
                 self._reader.join(1.0)
             raise AssertionError(f"{self.name} did not stop within {timeout_s}s; its log ends:\n"
-                                 + "\n".join(self.lines[-30:])) from None
+                                 + "\n".join(self.lines[-120:])) from None
         if self._reader is not None:
             self._reader.join(timeout_s)
         return rc

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+from typing import Any
 
 import pytest
 
@@ -118,3 +119,19 @@ async def test_oversize_answer_is_refused_before_reading_it() -> None:
         conn = await Connection("127.0.0.1", server.port, frame_bytes_max=1 << 20).connect()
         with pytest.raises(ConnectionClosed, match="FrameTooLarge"):
             await conn.request(APIS[3], 9, MetadataRequest())
+
+
+async def test_connect_never_swallows_a_cancellation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancellation arriving as the connection attempt ends must cancel. Python 3.11's
+    wait_for raised the attempt's outcome instead: a broker's follower fetcher, cancelled at
+    stop as its leader refused a connection, went on retrying and the broker never stopped."""
+    loop = asyncio.get_running_loop()
+    attempt: asyncio.Future[Any] = loop.create_future()
+    monkeypatch.setattr(loop, "create_connection", lambda *args, **kwargs: attempt)
+    task = loop.create_task(Connection("127.0.0.1", 9, connect_timeout_ms=5000).connect())
+    for _ in range(3):
+        await asyncio.sleep(0)  # parked on the attempt
+    attempt.set_exception(ConnectionRefusedError(111, "refused"))
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
