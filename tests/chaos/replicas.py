@@ -11,6 +11,7 @@ import json
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -149,3 +150,29 @@ def produce(bootstrap: str, topic: str, values: list[bytes], acks: str = "all") 
         producer.produce(topic, value=value, partition=0, on_delivery=on_delivery)
     assert producer.flush(60) == 0 and not errors, errors
     return offsets
+
+
+def produce_paced(bootstrap: str, topic: str, rate_per_s: int, stop: Any,
+                  on_delivery: Callable[[Any, Any], None],
+                  placement: Callable[[int], dict[str, Any]]) -> int:
+    """Records numbered from 0 (the value is the number) from an idempotent acks=all
+    confluent-kafka producer, offered at rate_per_s until stop (a threading.Event) is set;
+    placement(n) gives produce()'s key or partition for record n. Then a flush, bounded at 90 s.
+    How many were offered."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
+                         "retry.backoff.ms": 100})
+    number, started = 0, time.monotonic()
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * rate_per_s)
+        while number < due:
+            try:
+                producer.produce(topic, value=str(number).encode(), on_delivery=on_delivery,
+                                 **placement(number))
+            except BufferError:
+                break
+            number += 1
+        producer.poll(0.01)
+    left = producer.flush(90)
+    assert left == 0, f"{left} records still unacknowledged 90 s after the chaos stopped"
+    return number

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import Producer
 
 from client import Consumer
 from client.errors import KafkaError
@@ -52,7 +51,7 @@ from protocol.apis.describe_groups import DescribeGroupsRequest
 from protocol.apis.find_coordinator import FindCoordinatorRequest
 from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 from tests.broker.cluster import BrokerChild, Cluster
-from tests.chaos.replicas import epoch_entries
+from tests.chaos.replicas import epoch_entries, produce_paced
 
 TOPIC = "gchaos"
 PARTITIONS = 6
@@ -100,23 +99,8 @@ class Acks:
 
 
 def produce(bootstrap: str, acks: Acks, stop: threading.Event) -> int:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
-                         "retry.backoff.ms": 100})
-    number, started = 0, time.monotonic()
-    while not stop.is_set():
-        due = int((time.monotonic() - started) * RATE_PER_S)
-        while number < due:
-            try:
-                producer.produce(TOPIC, value=str(number).encode(), partition=number % PARTITIONS,
-                                 on_delivery=acks.on_delivery)
-            except BufferError:
-                break
-            number += 1
-        producer.poll(0.01)
-    left = producer.flush(90)
-    assert left == 0, f"{left} records still unacknowledged 90 s after the chaos stopped"
-    return number
+    return produce_paced(bootstrap, TOPIC, RATE_PER_S, stop, acks.on_delivery,
+                         lambda n: {"partition": n % PARTITIONS})
 
 
 # ------------------------------------------------------------------------------ the members

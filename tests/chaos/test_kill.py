@@ -23,10 +23,9 @@ import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
 
 from tests.broker.cluster import Cluster
-from tests.chaos.replicas import read_all, wait_quiet
+from tests.chaos.replicas import produce_paced, read_all, wait_quiet
 
 TOPIC = "chaos"
 PARTITIONS = 3
@@ -57,24 +56,8 @@ class Acks:
 
 
 def produce(bootstrap: str, acks: Acks, stop: threading.Event) -> int:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
-                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 60000,
-                         "retry.backoff.ms": 100})
-    number = 0
-    started = time.monotonic()
-    while not stop.is_set():
-        due = int((time.monotonic() - started) * RATE_PER_S)
-        while number < due:
-            try:
-                producer.produce(TOPIC, key=str(number % 97).encode(), value=str(number).encode(),
-                                 on_delivery=acks.on_delivery)
-            except BufferError:
-                break
-            number += 1
-        producer.poll(0.01)
-    left = producer.flush(90)
-    assert left == 0, f"{left} records still unacknowledged 90 s after the kills stopped"
-    return number
+    return produce_paced(bootstrap, TOPIC, RATE_PER_S, stop, acks.on_delivery,
+                         lambda n: {"key": str(n % 97).encode()})
 
 
 def kill_loop(cluster: Cluster, seconds: float, rng: random.Random, events: list[str]) -> None:
