@@ -13,8 +13,15 @@ polling does not join, and the rebalance listener's callbacks run while the appl
 poll(), so an eager revoke or an auto-commit before it never gives away records the application
 has been handed but not yet processed. A JoinGroup may take as long as the slowest member needs
 to rejoin (up to rebalance_timeout_ms, which is max_poll_interval_ms), longer than one poll's
-timeout: the round runs as a task that poll() waits on for its timeout and that the next poll()
-waits on again.
+timeout: the round's requests run as a task that poll() waits on for its timeout and that the
+next poll() waits on again; the assignment it brings is taken, and the listener told, by the
+poll() that finds the task done. A listener that raises does not stop the round (one member
+must not hold up its group): poll() raises the error once the round is over, as Java does.
+
+Commits between our JoinGroup's answer and our SyncGroup's would be refused (the group is
+CompletingRebalance): a commit then waits for the sync. A cooperative member reads, and so
+commits, during rounds; refused, such commits used to ask for another round, whose own window
+caught the next commit, and the group rebalanced for ever.
 
 Heartbeats do not depend on poll(): a task sends one every heartbeat_interval_ms while the member
 has a generation, so an application busy with its records keeps its place. The same task is the
@@ -38,7 +45,10 @@ resumes: LogTruncationError with auto_offset_reset="none", else the position mov
 logs diverge.
 
 The coordinator has its own connection (JoinGroup parks there for a whole rebalance, and must not
-hold up fetches to the same broker).
+hold up fetches to the same broker). A broker answers one connection's requests in order, so a
+round given up (close, unsubscribe) drops that connection: a LeaveGroup sent behind the parked
+JoinGroup would wait for the whole rebalance. FindCoordinator and the leader's Metadata go on an
+idle connection for the same reason.
 """
 
 from __future__ import annotations
