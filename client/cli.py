@@ -34,8 +34,8 @@ from protocol.error_codes import ErrorCode
 from protocol.records import build_batch, iter_records
 from protocol.registry import APIS
 
-from .cluster import ClusterClient, KafkaError, PartitionView
-from .errors import KafkaError as ClientError
+from .cluster import ClusterClient, PartitionView
+from .errors import KafkaError, error_for
 from .partitioner import RoundRobin, partition_for_key
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -114,7 +114,7 @@ def _run(coro: Any) -> int:
 
     try:
         return int(uvloop.run(coro))
-    except (KafkaError, ClientError, ConnectionError, TimeoutError, ValueError) as exc:
+    except (KafkaError, ConnectionError, TimeoutError, ValueError) as exc:
         print(f"epochlog: {exc}", file=sys.stderr)
         return 1
 
@@ -160,7 +160,7 @@ async def _create(cluster: ClusterClient, args: argparse.Namespace) -> int:
     result = answer.topics[0]
     if result.error_code:
         detail = f" ({result.error_message})" if result.error_message else ""
-        raise KafkaError(result.error_code, f"create {args.topic}{detail}")
+        raise error_for(result.error_code, f"create {args.topic}{detail}")
     print(f"created {args.topic}")
     return 0
 
@@ -171,7 +171,7 @@ def _ids(ids: tuple[int, ...]) -> str:
 
 def _check(code: int, what: str) -> None:
     if code:
-        raise KafkaError(code, what)
+        raise error_for(code, what)
 
 
 async def _produce(args: argparse.Namespace) -> int:
@@ -216,7 +216,7 @@ async def _send_batch(cluster: ClusterClient, topic: str, partition: int, batch:
         if code == 0:
             return
         if code not in RETRIABLE_LEADERSHIP or attempt == PRODUCE_ATTEMPTS_MAX - 1:
-            raise KafkaError(code, f"produce to {topic}-{partition}")
+            raise error_for(code, f"produce to {topic}-{partition}")
         await asyncio.sleep(0.1 * (attempt + 1))
         await cluster.wait_topic(topic)
 

@@ -31,11 +31,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
-from protocol.error_codes import ErrorCode, name_of
+from protocol.error_codes import ErrorCode
 from protocol.registry import APIS
 from protocol.schema import Message
 
 from .connection import Connection
+from .errors import error_for
 
 CONNECT_ATTEMPTS_MAX = 3
 RETRY_BACKOFF_MS_DEFAULT = 100
@@ -49,14 +50,6 @@ log = logging.getLogger("epochlog.cluster")
 
 class NodeNotReady(ConnectionError):
     """The broker's last connection attempt failed and its reconnect backoff has not passed."""
-
-
-class KafkaError(Exception):
-    """A Kafka error code in an answer, with its name."""
-
-    def __init__(self, code: int, what: str) -> None:
-        self.code = code
-        super().__init__(f"{what}: {name_of(code)} ({code})")
 
 
 @dataclass(frozen=True)
@@ -296,5 +289,5 @@ class ClusterClient:
             retriable = code in (0, ErrorCode.LEADER_NOT_AVAILABLE,
                                  ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if auto_create else -999)
             if not retriable or asyncio.get_running_loop().time() > deadline:
-                raise KafkaError(code or ErrorCode.LEADER_NOT_AVAILABLE, f"topic {topic}")
+                raise error_for(code or ErrorCode.LEADER_NOT_AVAILABLE, f"topic {topic}")
             await asyncio.sleep(0.1)

@@ -404,9 +404,6 @@ class Consumer:
         been handed before it polled again, hence processed (what auto-commit commits)."""
         return {tp: v for tp, v in self._consumed.items() if tp in self._states}
 
-    def positions(self) -> dict[TopicPartition, tuple[int, int]]:
-        return self.next_offsets()
-
     def seek(self, partition: TopicPartition, offset: int, leader_epoch: int | None = None
              ) -> None:
         """Read partition from offset next. With leader_epoch (the epoch of the record before

@@ -139,7 +139,8 @@ class RebalanceListener:
 
 class GroupMember:
     """The group half of a Consumer. The consumer calls `poll_hook()` at the start of each
-    poll(), and offers `assign(partitions, committed)`/`positions()`/`consumed()` to it."""
+    poll(), and offers `_group_assign(partitions, committed)`, `next_offsets()` and
+    `consumed()` to it."""
 
     def __init__(self, cluster: ClusterClient, consumer: Any, *, group_id: str,
                  group_instance_id: str | None, session_timeout_ms: int,
@@ -345,7 +346,7 @@ class GroupMember:
             member = self.generation != NO_GENERATION and bool(self.owned)
             if self.enable_auto_commit and (member or self.manual):
                 try:
-                    await self.commit(self.consumer.positions())
+                    await self.commit(self.consumer.next_offsets())
                 except KafkaError as exc:
                     log.warning("group %s: commit on close failed: %s", self.group_id, exc)
             if member:
