@@ -200,8 +200,8 @@ class GroupMember:
         self._auto_commit: asyncio.Task[None] | None = None
         self._closed = False
         self._joining = False
-        self._syncing = False  # JoinGroup answered (a new generation), SyncGroup not yet
-        self._synced = asyncio.Event()  # set whenever _syncing is False
+        # cleared from our JoinGroup's answer (a new generation) to our SyncGroup's
+        self._synced = asyncio.Event()
         self._synced.set()
         self._rejoin_at_once = False  # the last round's error needs no backoff
         self._listener_error: BaseException | None = None  # raised once the round is over
@@ -328,7 +328,7 @@ class GroupMember:
             return
         self._closed = True
         join = self._join
-        if join is not None and not join.done() and self._syncing:
+        if join is not None and not join.done() and not self._synced.is_set():
             # Our generation is already the new one, whose commits the coordinator refuses
             # (REBALANCE_IN_PROGRESS) until the SyncGroup completes: let it, so that the commit
             # below goes through (cancelled, it left the group waiting for the sync deadline).
@@ -503,7 +503,7 @@ class GroupMember:
         try:
             return await self._join_and_sync_once(request)
         finally:
-            self._joining = self._syncing = False
+            self._joining = False
             self._synced.set()
             self._heartbeat_wake.set()
 
@@ -521,7 +521,6 @@ class GroupMember:
             return None
         self.member_id, self.generation = answer.member_id, answer.generation_id
         self.protocol, self.leader_id = answer.protocol_name, answer.leader
-        self._syncing = True
         self._synced.clear()
         leading = answer.leader == answer.member_id
         assignments: list[SyncGroupRequestAssignment] = []
@@ -736,7 +735,7 @@ class GroupMember:
         coordinator moves and loads; CommitFailedError if the group rebalanced meanwhile."""
         if not offsets:
             return
-        if self._syncing:
+        if not self._synced.is_set():
             # Between our JoinGroup's answer and our SyncGroup's the group is
             # CompletingRebalance, where the coordinator refuses commits (Kafka's consumer fails
             # them up front). Cooperative members keep reading then, so wait for the sync.
