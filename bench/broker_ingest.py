@@ -52,11 +52,13 @@ import tempfile
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+
+from epochlog.protocol.api_keys import ApiKey
 
 RECORD_BYTES = 1024
 BATCH_BYTES = 1 << 20  # the producer's batch.size and the raw client's chunk
@@ -335,19 +337,23 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
     socket, PLAIN_IN_FLIGHT unanswered at most (librdkafka's default): the raw limit's own kind of
     client, so that the producer's CPU is out of the comparison and the broker's cost shows."""
     _import_tests()
+    from epochlog.protocol.apis.produce import (
+        PartitionProduceData,
+        ProduceRequest,
+        ProduceResponse,
+        TopicProduceData,
+    )
+    from epochlog.protocol.frames import frame
+    from epochlog.protocol.headers import RequestHeader
+    from epochlog.protocol.records import build_batch
+    from epochlog.protocol.registry import APIS
     from tests.broker.cluster import Cluster
-    from protocol.apis.produce import (PartitionProduceData, ProduceRequest, ProduceResponse,
-                                       TopicProduceData)
-    from protocol.frames import frame
-    from protocol.headers import RequestHeader
-    from protocol.records import build_batch
-    from protocol.registry import APIS
 
     os.sync()
     batch = build_batch([(None, os.urandom(RECORD_BYTES), None, None)] * PLAIN_BATCH_RECORDS)
-    body = APIS[0].encode_request(ProduceRequest(acks=1, timeout_ms=int(WAIT_S * 1000), topic_data=[
-        TopicProduceData(name="ingest", partition_data=[PartitionProduceData(index=0,
-                                                                             records=batch)])]), 9)
+    body = APIS[ApiKey.PRODUCE].encode_request(ProduceRequest(
+        acks=1, timeout_ms=int(WAIT_S * 1000), topic_data=[TopicProduceData(
+            name="ingest", partition_data=[PartitionProduceData(index=0, records=batch)])]), 9)
     request = frame(RequestHeader(0, 9, 1, "bench").encode(2) + body)
     value_bytes = PLAIN_BATCH_RECORDS * RECORD_BYTES
     requests = max(1, total_bytes // value_bytes)
@@ -363,7 +369,7 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
                     size = int.from_bytes(stream.read(4), "big")
                     answer = stream.read(size)
                     # response header v1: correlation id, tagged fields; then the body
-                    reply: ProduceResponse = APIS[0].decode_response(answer, 9, 5)
+                    reply: ProduceResponse = APIS[ApiKey.PRODUCE].decode_response(answer, 9, 5)
                     code = reply.responses[0].partition_responses[0].error_code
                     if code:
                         failed.append(f"error code {code}")
@@ -523,7 +529,7 @@ def print_ingest(args: argparse.Namespace, raws: list[Any], sinks: list[Any],
     raw_mb_s, raw_cpu, raw_elapsed = median_row(raws)
     plain_mb_s, plain_cpu, plain_elapsed = median_row(plains)
     # The headline: broker / sink, paired by round (measured seconds apart), median of rounds.
-    ratio = statistics.median(b[0] / k[0] for b, k in zip(brokers, sinks))
+    ratio = statistics.median(b[0] / k[0] for b, k in zip(brokers, sinks, strict=True))
     versions = ", ".join(f"{name} x{n}" for name, n in sorted(counts["requests"].items()))
     print(f"ingest: {args.records:,} records of {RECORD_BYTES} B ({total / 1e6:,.0f} MB), one "
           f"broker, acks=1, median of {args.repeat} round(s), every yardstick in the same rounds")
@@ -556,7 +562,7 @@ def print_ingest(args: argparse.Namespace, raws: list[Any], sinks: list[Any],
           f"{'':>13}   {100 * broker_mb_s / raw_mb_s:5.1f}% of raw  (no goal)")
     if args.repeat > 1:
         print(" each round, MB/s:")
-        for i, (k, b, r, p) in enumerate(zip(sinks, brokers, raws, plains), 1):
+        for i, (k, b, r, p) in enumerate(zip(sinks, brokers, raws, plains, strict=True), 1):
             print(f"  round {i}: A sink {k[0]:6.0f}, broker {b[0]:6.0f} ({100 * b[0] / k[0]:3.0f}%)"
                   f";  B raw {r[0]:6.0f}, broker {p[0]:6.0f} ({100 * p[0] / r[0]:3.0f}%)")
     print(" yardsticks (each a plain uvloop server in a child process, no storage, no checks):")

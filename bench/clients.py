@@ -1,4 +1,4 @@
-"""Client throughput: epochlog's client against aiokafka, kafka-python and confluent-kafka (issue 6).
+"""Client throughput: epochlog's client vs aiokafka, kafka-python and confluent-kafka (issue 6).
 
     python bench/clients.py [--records 500000] [--sizes 100,1024] [--acks 1,all]
                             [--clients epochlog,aiokafka,kafka-python,confluent]
@@ -11,6 +11,9 @@ each client produces --records records to a topic of its own (1 partition, creat
 the same batching settings (linger 5 ms, batch size 256 KiB, no compression, idempotence off
 where the client has it, so that acks=1 and acks=all mean the same for all), then flushes;
 records/s is the count over the time from the first send to the last acknowledgement. The
+producers are driven the way their users write it: epochlog and aiokafka by a loop of
+`await producer.send(...)` (which queues and returns a future), kafka-python by `send()`,
+confluent-kafka by `produce()`. The
 consume half (when present) reads the same topics back.
 
 Goal (issue 6): this client at >= 1.5x aiokafka, >= 3x kafka-python, >= 0.3x confluent-kafka.
@@ -52,16 +55,16 @@ GOALS = {"aiokafka": 1.5, "kafka-python": 3.0, "confluent": 0.3}
 def produce_epochlog(bootstrap: str, topic: str, records: int, value: bytes, acks: str) -> int:
     import uvloop
 
-    from client import Producer
+    from epochlog.client import Producer
 
     async def run() -> int:
         async with Producer(bootstrap, acks=acks if acks == "all" else int(acks),
                             enable_idempotence=False, linger_ms=LINGER_MS,
                             batch_size=BATCH_BYTES, buffer_memory=64 * 1024 * 1024) as producer:
-            enqueue = producer.enqueue
+            send = producer.send  # the loop every Kafka client's users write
             last = None
             for _ in range(records):
-                last = await enqueue(topic, value)
+                last = await send(topic, value)
             await producer.flush()
             assert last is not None and last.result().offset >= 0
             return producer.records_sent
@@ -152,7 +155,7 @@ EPOCHLOG_CONSUMER_SETTINGS: dict[str, Any] = {}  # set from the command line
 def consume_epochlog(bootstrap: str, topic: str, records: int, value: bytes, acks: str) -> int:
     import uvloop
 
-    from client import Consumer, TopicPartition
+    from epochlog.client import Consumer, TopicPartition
 
     async def run() -> int:
         async with Consumer(bootstrap, auto_offset_reset="earliest",
@@ -226,7 +229,8 @@ def consume_confluent(bootstrap: str, topic: str, records: int, value: bytes, ac
         "bootstrap.servers": bootstrap, "group.id": f"bench-{topic}",
         "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
-        consumer.assign([confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        consumer.assign([confluent_kafka.TopicPartition(topic, 0,
+                                                        confluent_kafka.OFFSET_BEGINNING)])
         count = size = 0
         deadline = time.monotonic() + WAIT_S
         while count < records and time.monotonic() < deadline:

@@ -32,8 +32,8 @@ connection). Members that join a new group at once may land in different rounds:
 SyncGroup is answered REBALANCE_IN_PROGRESS rejoins, and any backoff it takes before that is
 billed to the first join. Eager (range) members give up everything before rejoining: one round.
 Cooperative (cooperative-sticky, KIP-429) members keep their partitions; the first round takes
-away what must move, its owners give it up and rejoin, and a second round hands it out: two rounds, but
-nothing stops being consumed except what moves. A member that leaves (LeaveGroup) starts a round
+away what must move, its owners give it up and rejoin, and a second round hands it out: two rounds,
+but nothing stops being consumed except what moves. A member that leaves (LeaveGroup) starts a round
 at once; the others again learn of it from a heartbeat. So both clients should land near a small
 multiple of the heartbeat interval, and the differences are in how promptly each rejoins.
 
@@ -72,6 +72,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
+
+from epochlog.protocol.api_keys import ApiKey
 
 REPO = str(Path(__file__).resolve().parent.parent)
 if REPO not in sys.path:  # tests/ is not installed; its Cluster helper is reused here
@@ -157,7 +159,7 @@ def epochlog_rounds(bootstrap: str, strategy: str, members: int, partitions: int
                     phase: Callable[[], float]) -> Result:
     import uvloop
 
-    from client import Consumer, RebalanceListener
+    from epochlog.client import Consumer, RebalanceListener
 
     settings: dict[str, Any] = {
         "session_timeout_ms": SESSION_MS, "heartbeat_interval_ms": HEARTBEAT_MS,
@@ -274,7 +276,7 @@ def epochlog_rounds(bootstrap: str, strategy: str, members: int, partitions: int
             names = [f"m{i}" for i in range(members)]
             consumers = [await group.add(n, group_id) for n in names]
             start = time.perf_counter()
-            for name, consumer in zip(names, consumers):
+            for name, consumer in zip(names, consumers, strict=True):
                 group.subscribe(name, consumer)
             result.steps["first join"].append(await group.settle(start, "first join"))
 
@@ -307,7 +309,7 @@ def epochlog_commits(bootstrap: str, group_id: str, commits: int, epoch: int,
                      costs: Costs) -> CommitResult:
     import uvloop
 
-    from client import Consumer, TopicPartition
+    from epochlog.client import Consumer, TopicPartition
 
     async def run() -> CommitResult:
         async with Consumer(bootstrap, group_id=group_id, session_timeout_ms=SESSION_MS,
@@ -401,7 +403,7 @@ def confluent_rounds(bootstrap: str, strategy: str, members: int, partitions: in
         try:
             unsubscribed = [make(group_id, n) for n in names]
             start = time.perf_counter()
-            for name, consumer in zip(names, unsubscribed):
+            for name, consumer in zip(names, unsubscribed, strict=True):
                 consumer.subscribe([TOPIC])
                 group[name] = consumer
             unsubscribed = []
@@ -474,11 +476,11 @@ COMMITS: dict[str, Callable[..., CommitResult]] = {"epochlog": epochlog_commits,
 def prime_coordinator(cluster: Any, group_id: str) -> None:
     """FindCoordinator until the group's coordinator answers: `__consumer_offsets` exists and its
     partition is loaded, so no step bills the offsets topic's creation or loading."""
-    from protocol.apis.find_coordinator import FindCoordinatorRequest
+    from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 
     deadline = time.monotonic() + SETTLE_WAIT_S
     while True:
-        answer = cluster.any_broker().call(10, FindCoordinatorRequest(
+        answer = cluster.any_broker().call(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(
             key=group_id, key_type=0, coordinator_keys=[group_id]), version=4)
         if answer.coordinators[0].error_code == 0:
             return

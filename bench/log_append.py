@@ -23,8 +23,8 @@ import time
 import aiofiles
 import uvloop
 
-from broker.storage import Log, LogConfig
-from protocol.records import build_batch
+from epochlog.broker.storage import Log, LogConfig
+from epochlog.protocol.records import build_batch
 
 FSYNC_INTERVAL_S = 1.0
 RECORD_VALUE_BYTES = 1000
@@ -151,7 +151,7 @@ def read_back(path: str, bytes_max: int) -> tuple[int, int, float, int, float]:
     while offset < log.log_end_offset:
         data = log.read(offset, bytes_max)
         total += len(data)
-        from protocol.batch import iter_headers
+        from epochlog.protocol.batch import iter_headers
         for _, header in iter_headers(data):
             batches += 1
             offset = header.next_offset

@@ -24,11 +24,16 @@ from kafka.protocol.metadata import MetadataResponse as KpMetadataResponse
 from kafka.protocol.producer import ProduceRequest as KpProduceRequest
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from protocol.apis.fetch import FetchableTopicResponse, FetchResponse, PartitionData
-from protocol.apis.metadata import (MetadataResponse, MetadataResponseBroker,
-                                    MetadataResponsePartition, MetadataResponseTopic)
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from protocol.registry import BY_NAME
+from epochlog.protocol.api import Api
+from epochlog.protocol.apis.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from epochlog.protocol.apis.metadata import (
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from epochlog.protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from epochlog.protocol.registry import BY_NAME
 
 
 def rate(fn: Callable[[], Any], seconds: float) -> float:
@@ -87,7 +92,8 @@ def fetch_case() -> tuple[Any, Any, int]:
 def metadata_case() -> tuple[Any, Any, int]:
     topic_id = uuid.uuid4()
     brokers = [MetadataResponseBroker(i, f"broker{i}.local", 9092 + i, "abc"[i]) for i in range(3)]
-    parts = [MetadataResponsePartition(0, i, i % 3, 7, [0, 1, 2], [0, 1, 2], []) for i in range(100)]
+    parts = [MetadataResponsePartition(0, i, i % 3, 7, [0, 1, 2], [0, 1, 2], [])
+             for i in range(100)]
     ours = MetadataResponse(brokers=brokers, cluster_id="bench-cluster", controller_id=0,
                             topics=[MetadataResponseTopic(0, "bench", topic_id, False, parts)])
     B, T = KpMetadataResponse.MetadataResponseBroker, KpMetadataResponse.MetadataResponseTopic
@@ -110,29 +116,35 @@ def codec_rows(seconds: float) -> list[tuple[str, float, float, int]]:
             ("Produce v9, one 1 MiB batch", "Produce", produce_case, True),
             ("Fetch v12, 50 partitions", "Fetch", fetch_case, False),
             ("Metadata v12, 100 partitions", "Metadata", metadata_case, False)):
-        api = BY_NAME[api_name]
         ours, theirs, version = case()
-        kp_cls = type(theirs)
-        if is_request:
-            wire = api.encode_request(ours, version)
-            enc = lambda: api.encode_request(ours, version)  # noqa: E731
-            dec = lambda: api.decode_request(wire, version)  # noqa: E731
-        else:
-            wire = api.encode_response(ours, version)
-            enc = lambda: api.encode_response(ours, version)  # noqa: E731
-            dec = lambda: api.decode_response(wire, version)  # noqa: E731
-        their_wire = theirs.encode(version=version)
-        assert their_wire == wire, f"{label}: the two codecs disagree on the bytes"
-        rows.append((f"{label}: encode", rate(enc, seconds),
-                     rate(lambda: theirs.encode(version=version), seconds), len(wire)))
-        rows.append((f"{label}: decode", rate(dec, seconds),
-                     rate(lambda: kp_cls.decode(their_wire, version=version), seconds), len(wire)))
+        rows += case_rows(label, BY_NAME[api_name], ours, theirs, version, is_request, seconds)
     return rows
+
+
+def case_rows(label: str, api: Api, ours: Any, theirs: Any, version: int, is_request: bool,
+              seconds: float) -> list[tuple[str, float, float, int]]:
+    """One case's encode and decode rows (a function of its own so that the timed lambdas bind
+    this case's values, not the variables of codec_rows' loop)."""
+    kp_cls = type(theirs)
+    if is_request:
+        wire = api.encode_request(ours, version)
+        enc = lambda: api.encode_request(ours, version)  # noqa: E731
+        dec = lambda: api.decode_request(wire, version)  # noqa: E731
+    else:
+        wire = api.encode_response(ours, version)
+        enc = lambda: api.encode_response(ours, version)  # noqa: E731
+        dec = lambda: api.decode_response(wire, version)  # noqa: E731
+    their_wire = theirs.encode(version=version)
+    assert their_wire == wire, f"{label}: the two codecs disagree on the bytes"
+    return [(f"{label}: encode", rate(enc, seconds),
+             rate(lambda: theirs.encode(version=version), seconds), len(wire)),
+            (f"{label}: decode", rate(dec, seconds),
+             rate(lambda: kp_cls.decode(their_wire, version=version), seconds), len(wire))]
 
 
 def batch_row(seconds: float) -> tuple[str, float, float, int] | None:
     try:
-        from protocol.records import build_batch
+        from epochlog.protocol.records import build_batch
     except ImportError:
         return None
     value = b"v" * 100
@@ -146,7 +158,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=0.5, help="time per measurement")
     args = parser.parse_args()
-    print(f"{'case':<48} {'epochlog/s':>12} {'MB/s':>8} {'kafka-py/s':>12} {'MB/s':>8} {'ratio':>6}")
+    print(f"{'case':<48} {'epochlog/s':>12} {'MB/s':>8} {'kafka-py/s':>12} {'MB/s':>8} "
+          f"{'ratio':>6}")
     for label, ours, theirs, size in codec_rows(args.seconds):
         print(f"{label:<48} {ours:>12,.0f} {ours * size / 1e6:>8.1f} {theirs:>12,.0f} "
               f"{theirs * size / 1e6:>8.1f} {ours / theirs:>6.2f}")

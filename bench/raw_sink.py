@@ -50,17 +50,31 @@ import sys
 import time
 from typing import Any, cast
 
-from protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
-from protocol.apis.init_producer_id import InitProducerIdResponse
-from protocol.apis.metadata import (MetadataRequest, MetadataResponse, MetadataResponseBroker,
-                                    MetadataResponsePartition, MetadataResponseTopic)
-from protocol.apis.produce import (PartitionProduceResponse, ProduceRequest, ProduceResponse,
-                                   TopicProduceResponse)
-from protocol.error_codes import ErrorCode
-from protocol.errors import ProtocolError
-from protocol.frames import FrameReceiver, frame as size_prefixed
-from protocol.headers import decode_request_header, encode_response_header, peek_request_header
-from protocol.registry import APIS
+from epochlog.protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
+from epochlog.protocol.apis.init_producer_id import InitProducerIdResponse
+from epochlog.protocol.apis.metadata import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from epochlog.protocol.apis.produce import (
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.errors import ProtocolError
+from epochlog.protocol.frames import FrameReceiver
+from epochlog.protocol.frames import frame as size_prefixed
+from epochlog.protocol.headers import (
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
+from epochlog.protocol.registry import APIS
 
 PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID = 0, 3, 18, 22
 ANSWERED = (PRODUCE, METADATA, API_VERSIONS, INIT_PRODUCER_ID)
@@ -76,7 +90,7 @@ Ranges = dict[int, tuple[int, int]]  # API key -> (min version, max version)
 def broker_ranges() -> Ranges:
     """What an epochlog broker's ApiVersions offers, read from its handler registry (importing
     the handler modules registers them; no broker code runs)."""
-    from broker.handlers import load_all
+    from epochlog.broker.handlers import load_all
 
     return {key: (r.min_version, r.max_version) for key, r in sorted(load_all().items())}
 

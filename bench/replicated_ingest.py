@@ -167,7 +167,8 @@ def main() -> None:
         print(f"failover, session timeout {session} ms (SIGKILL of the leader -> first acks=all "
               f"success): "
               f"{', '.join(f'{t:.2f}' for t in times)} s; median {median:.2f} s "
-              f"(goal <= {FAILOVER_GOAL_S:.0f} s: {'met' if median <= FAILOVER_GOAL_S else 'NOT met'})")
+              f"(goal <= {FAILOVER_GOAL_S:.0f} s: "
+              f"{'met' if median <= FAILOVER_GOAL_S else 'NOT met'})")
 
 
 if __name__ == "__main__":

@@ -12,8 +12,8 @@ Start (docs/control-plane.md "Start-up order"):
 5. metrics, if asked for.
 Follower fetchers (fetcher.py) follow whatever the replica manager makes us follow, from step 3 on.
 Stop: controlled shutdown (our leaderships move while we still serve and fetch), stop
-heartbeating, stop the follower fetchers, stop listening, wake every waiting request, then flush every log and write the checkpoints and the
-clean-shutdown marker (LogManager.close).
+heartbeating, stop the follower fetchers, stop listening, wake every waiting request, then flush
+every log and write the checkpoints and the clean-shutdown marker (LogManager.close).
 
 Everything runs on one event loop, which owns all broker state; handlers reach it as `ctx.app`.
 A background task that fails sets `fatal`, and the process stops (never a half-working broker).
@@ -27,22 +27,23 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
-from protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
+from epochlog.protocol.error_codes import ErrorCode, name_of
 
-from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig
+from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig, parse_host_port
 from .controller_link import ControllerLink, ControllerUnavailable
+from .fencing import ControlEpochs
 from .fetcher import FetcherSettings, ReplicaFetcherManager
 from .groups.coordinator import GroupCoordinator
-from .fencing import ControlEpochs
-from .handlers import load_all
+from .handlers import REGISTRY, load_all
 from .handlers._partitions import valid_topic_name
+from .handlers.fetch import ReadPath
 from .isr import IsrManager
 from .isr_task import IsrTask
 from .metadata_cache import MetadataCache
 from .metrics import RequestStats, serve_metrics
 from .producer_ids import ProducerIdAllocator
-from .replicas import ReplicaManager
+from .replicas import FsyncFailed, ReplicaManager
 from .server import KafkaServer, ServerLimits
 from .storage import LogManager
 from .storage.cleaner import CleanerSettings, LogCleaner
@@ -50,6 +51,7 @@ from .storage.cleaner import CleanerSettings, LogCleaner
 log = logging.getLogger("epochlog.broker")
 
 STORAGE_TICK_MS = 100  # how often due flushes, retention and checkpoints are looked at
+TOPIC_SETTINGS_REFRESH_MS = 2000  # how soon an altered topic setting reaches this broker
 AUTO_CREATE_WAIT_MS_MAX = 2000  # how long Metadata waits for an auto-created topic to arrive
 AUTO_CREATE_PENDING_MAX = 100  # topics being auto-created for Produce at once
 CLEANER_PASSES_PER_WAKE_MAX = 16  # then the cleaner sleeps its interval again
@@ -80,6 +82,7 @@ class Broker:
         self.fetchers: ReplicaFetcherManager | None = None
         self.cleaner: LogCleaner | None = None
         self.groups: GroupCoordinator | None = None  # consumer groups (groups/coordinator.py)
+        self.read_path: ReadPath | None = None  # the fetch path's state (handlers/fetch.py)
         # Listener name -> advertised (host, port), EXTERNAL first: what we register.
         self.listeners: dict[str, tuple[str, int]] = {}
         self.advertised: tuple[str, int] = ("", 0)  # the EXTERNAL listener's
@@ -88,6 +91,7 @@ class Broker:
         self._generation_confirmed = asyncio.Event()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its auto-create task
+        self._hooks_control: asyncio.Server | None = None  # test-only request hooks' control
 
     # ---------------------------------------------------------------------------- start, stop
     async def start(self) -> int:
@@ -110,19 +114,25 @@ class Broker:
         self.groups = GroupCoordinator(self)
         self.replicas.partition_listeners.append(self.groups.on_partition)
         await self._listen()
+        if self.config.request_hooks_listen:
+            await self._serve_request_hooks()
         self.controller = ControllerLink(self.config, self.epochs, self.listeners,
                                          on_generation_lost=self._generation_lost,
-                                         on_registered=self._registered)
+                                         on_registered=self._registered,
+                                         offline_dirs=self.replicas.offline_dir_ids,
+                                         previous_broker_epoch=logs.previous_broker_epoch)
+        self.replicas.on_offline_change = self.controller.heartbeat_soon
         generation = await self.controller.register()
-        self._spawn(self.controller.run(), "heartbeat")
-        self._spawn(self._storage_loop(), "storage")
+        self.spawn(self.controller.run(), "heartbeat")
+        self.spawn(self._storage_loop(), "storage")
+        self.spawn(self._topic_settings_loop(), "topic settings")
         if self.config.log_cleaner_enable:
             self.cleaner = LogCleaner(logs, CleanerSettings(
                 offset_map_bytes_max=self.config.log_cleaner_dedupe_buffer_size,
                 io_buffer_bytes=self.config.log_cleaner_io_buffer_size), wall_clock_ms)
-            self._spawn(self._cleaner_loop(self.cleaner), "cleaner")
-        self._spawn(isr_task.run(), "isr")
-        self._spawn(self.groups.run(), "groups")
+            self.spawn(self._cleaner_loop(self.cleaner), "cleaner")
+        self.spawn(isr_task.run(), "isr")
+        self.spawn(self.groups.run(), "groups")
         if self.config.metrics_address is not None:
             serve_metrics(self, self.stats, *self.config.metrics_address)
         return generation
@@ -140,6 +150,19 @@ class Broker:
         self.server = self.servers[EXTERNAL_LISTENER]
         self.advertised = self.listeners[EXTERNAL_LISTENER]
 
+    async def _serve_request_hooks(self) -> None:
+        """Test-only request hooks (request_hooks.py), on every listener; their control on
+        request_hooks_listen."""
+        from .request_hooks import RequestHooks
+
+        hooks = RequestHooks({key: r.api for key, r in REGISTRY.items()})
+        for server in self.servers.values():
+            server.hooks = hooks
+        host, port = parse_host_port(self.config.request_hooks_listen, "request_hooks_listen")
+        self._hooks_control = await hooks.serve(host, port)
+        bound = self._hooks_control.sockets[0].getsockname()
+        log.warning("request hooks (test only) listening on %s:%d", bound[0], bound[1])
+
     async def stop(self, controlled: bool = True) -> None:
         if self.controller is not None:
             if controlled and self.epochs.generation >= 0:
@@ -154,8 +177,10 @@ class Broker:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         for server in self.servers.values():
             await server.stop()
+        if self._hooks_control is not None:
+            self._hooks_control.close()
         if self.replicas is not None:
-            self.replicas.close()
+            self.replicas.close(self.epochs.generation)
         log.info("broker %d stopped (generation %d)", self.broker_id, self.epochs.generation)
 
     def _replica_fetchers(self, replicas: ReplicaManager) -> ReplicaFetcherManager:
@@ -174,7 +199,7 @@ class Broker:
                             max_wait_ms=c.replica_fetch_wait_max_ms,
                             backoff_ms=c.replica_fetch_backoff_ms,
                             message_max_bytes=c.message_max_bytes),
-            resolve=resolve, poke=replicas.poke, spawn=self._spawn)
+            resolve=resolve, poke=replicas.poke, spawn=self.spawn)
         replicas.partition_listeners.append(fetchers.on_partition)
         return fetchers
 
@@ -186,7 +211,8 @@ class Broker:
         except TimeoutError:
             log.warning("controlled shutdown did not finish in %d ms; stopping anyway", limit_ms)
 
-    def _spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """Run coro as a broker task: one that fails stops the broker (see _task_done)."""
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._task_done)
@@ -196,8 +222,12 @@ class Broker:
         self._tasks.discard(task)
         if task.cancelled() or task.exception() is None:
             return
-        log.error("broker %d: task %s failed, stopping", self.broker_id, task.get_name(),
-                  exc_info=task.exception())
+        exc = task.exception()
+        if isinstance(exc, FsyncFailed):  # a known end, said in one line
+            log.error("broker %d: %s", self.broker_id, exc)
+        else:
+            log.error("broker %d: task %s failed, stopping", self.broker_id, task.get_name(),
+                      exc_info=exc)
         self.fatal.set()
 
     async def _storage_loop(self) -> None:
@@ -206,6 +236,15 @@ class Broker:
             await asyncio.sleep(STORAGE_TICK_MS / 1000)
             await self.replicas.flush_due_logs()
             self.replicas.logs.tick()  # retention and checkpoints, each on its own interval
+
+    async def _topic_settings_loop(self) -> None:
+        """Topic settings altered at the controller (AlterConfigs) reach this broker within
+        TOPIC_SETTINGS_REFRESH_MS: it asks again for the topics it holds (one bounded
+        DescribeConfigs per TOPICS_PER_REQUEST_MAX topics)."""
+        assert self.replicas is not None and self.controller is not None
+        while True:
+            await asyncio.sleep(TOPIC_SETTINGS_REFRESH_MS / 1000)
+            await self.replicas.refresh_topic_settings(self.controller.forward)
 
     async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
         """Each wake, up to CLEANER_PASSES_PER_WAKE_MAX passes: choose (loop), run (executor
@@ -294,7 +333,8 @@ class Broker:
                 return
 
     def auto_create_soon(self, topic: str) -> None:
-        """Produce to an unknown topic: create it in the background (DESIGN.md: first use)."""
+        """Produce to an unknown topic: create it in the background (docs/design.md: created on
+        first use)."""
         if (not self.config.auto_create_topics_enable or not valid_topic_name(topic)
                 or topic in self._creating or len(self._creating) >= AUTO_CREATE_PENDING_MAX):
             return

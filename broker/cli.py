@@ -22,8 +22,7 @@ import signal
 import sys
 from typing import Any
 
-from epochlog.settings import (SettingsError, add_settings_arguments, load_from_args,
-                               setup_logging)
+from epochlog.settings import SettingsError, add_settings_arguments, load_from_args, setup_logging
 
 from .config import INTERNAL_LISTENER, BrokerConfig
 

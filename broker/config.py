@@ -53,6 +53,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     controller: str = "127.0.0.1:9093"
     cluster_id: str = "epochlog"
     metrics_listen: str = ""  # Prometheus /metrics on HOST:PORT; empty: off
+    # Test-only request hooks (request_hooks.py): their HTTP control on HOST:PORT; empty: off.
+    request_hooks_listen: str = ""
 
     # Topics created on first use (Metadata or Produce for an unknown topic), as in Kafka.
     auto_create_topics_enable: bool = True
@@ -140,6 +142,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
         self._check_internal()
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "metrics_listen")
+        if self.request_hooks_listen:
+            parse_host_port(self.request_hooks_listen, "request_hooks_listen")
         if self.offsets_topic_replication_factor == 0:
             raise ValueError("offsets_topic_replication_factor: must be -1 (min(3, live "
                              "brokers)) or >= 1")

@@ -2,9 +2,10 @@
 
 Theory of operation
 -------------------
-1. `register()` sends BrokerRegistration (v0) with our id, rack, advertised listeners (EXTERNAL
+1. `register()` sends BrokerRegistration (v2) with our id, rack, advertised listeners (EXTERNAL
    first, then INTERNAL if we have one: the controller sends its control requests to INTERNAL
-   when it is there) and an incarnation id made new at every process start, retrying (with a
+   when it is there), an incarnation id made new at every process start and the generation our
+   data dir shut down cleanly from (KIP-966; -1 after a crash), retrying (with a
    bounded backoff) until the controller answers; the answer's broker epoch is our generation
    (KIP-380).
 2. `run()` heartbeats every `broker_heartbeat_interval_ms`, starting right after registration.
@@ -13,9 +14,12 @@ Theory of operation
    heartbeat interval), with the same broker epoch: the controller fails a generation whose
    heartbeat connection closed unless it heartbeats again within `broker_connection_loss_grace_ms`
    (~500 ms; that is how a killed broker is noticed at once), and a restarted controller gives
-   live generations a fresh session. The closing is noticed by looking at the connection every
-   `CONNECTION_CHECK_MS` between heartbeats. STALE_BROKER_EPOCH means our generation is over:
-   control requests wait again (`ControlEpochs.generation_over`), stop leading
+   live generations a fresh session. Each heartbeat lists our offline replicas (v1's
+   offline_log_dirs, one directory id per partition: replicas.py's storage failures), and
+   `heartbeat_soon()` sends one at once when that list changes. The closing is noticed by
+   looking at the connection every `CONNECTION_CHECK_MS` between heartbeats.
+   STALE_BROKER_EPOCH means our generation is over: control requests wait again
+   (`ControlEpochs.generation_over`), stop leading
    (`on_generation_lost`) and register again with the same incarnation id, which gives a new,
    higher generation (`on_registered`).
 3. `controlled_shutdown()` asks the controller to move our leaderships away, repeating every
@@ -36,14 +40,17 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from client.connection import Connection, NoCommonVersion
-from protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
-from protocol.apis.broker_registration import (BrokerRegistrationListener,
-                                               BrokerRegistrationRequest)
-from protocol.apis.controlled_shutdown import ControlledShutdownRequest
-from protocol.error_codes import ErrorCode, name_of
-from protocol.registry import APIS
-from protocol.schema import Message
+from epochlog.client.connection import Connection, NoCommonVersion
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
+from epochlog.protocol.apis.broker_registration import (
+    BrokerRegistrationListener,
+    BrokerRegistrationRequest,
+)
+from epochlog.protocol.apis.controlled_shutdown import ControlledShutdownRequest
+from epochlog.protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import Message
 
 from .config import BrokerConfig
 from .fencing import ControlEpochs
@@ -67,7 +74,9 @@ class ControllerLink:
     def __init__(self, config: BrokerConfig, epochs: ControlEpochs,
                  listeners: Mapping[str, tuple[str, int]],
                  on_generation_lost: Callable[[str], None],
-                 on_registered: Callable[[int], None] | None = None) -> None:
+                 on_registered: Callable[[int], None] | None = None,
+                 offline_dirs: Callable[[], list[uuid.UUID]] | None = None,
+                 previous_broker_epoch: int = -1) -> None:
         assert listeners, "a broker registers at least one listener"
         self.config = config
         self.epochs = epochs
@@ -75,11 +84,16 @@ class ControllerLink:
         self.incarnation_id = uuid.uuid4()
         self.on_generation_lost = on_generation_lost
         self.on_registered = on_registered
+        self.offline_dirs = offline_dirs  # what each heartbeat lists in offline_log_dirs
+        # KIP-966: the generation this process's data dir shut down cleanly from (-1: a crash),
+        # told at every registration (the controller looks at it for a new incarnation only).
+        self.previous_broker_epoch = previous_broker_epoch
         self.heartbeats_total = 0
         self.registrations_total = 0
         self.reconnects_total = 0  # heartbeat connections found closed and reopened at once
         self._conns: dict[str, Connection] = {}
         self._stopping = asyncio.Event()
+        self._due_now = asyncio.Event()  # heartbeat_soon() was called
 
     # -------------------------------------------------------------------------- connections
     async def _connection(self, purpose: str) -> Connection:
@@ -97,7 +111,7 @@ class ControllerLink:
             conn = await Connection(host, port, client_id=f"epochlog-broker-{purpose}",
                                     request_timeout_ms=timeout_ms,
                                     connect_timeout_ms=timeout_ms).connect()
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             raise ControllerUnavailable(f"controller {host}:{port}: {exc}") from exc
         self._conns[purpose] = conn
         return conn
@@ -109,7 +123,7 @@ class ControllerLink:
         try:
             return await conn.request(api, conn.version_for(api) if version is None else version,
                                       message)
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             await conn.close()
             raise ControllerUnavailable(f"{api.name} to the controller: {exc}") from exc
 
@@ -125,7 +139,8 @@ class ControllerLink:
             broker_id=self.config.broker_id, cluster_id=self.config.cluster_id,
             incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,
             listeners=[BrokerRegistrationListener(name=name, host=host, port=port)
-                       for name, (host, port) in self.listeners.items()])
+                       for name, (host, port) in self.listeners.items()],
+            previous_broker_epoch=self.previous_broker_epoch)
 
     async def register(self) -> int:
         """Register until the controller answers; returns the new generation (-1 if close()
@@ -135,7 +150,7 @@ class ControllerLink:
         while not self._stopping.is_set():
             tries += 1
             try:
-                answer = await self._request("heartbeat", 62, self._registration(), 0)
+                answer = await self._request("heartbeat", 62, self._registration(), 2)
             except ControllerUnavailable as exc:
                 if tries % REGISTRATION_LOG_EVERY == 1:
                     log.warning("broker %d: registration failed (try %d), retrying: %s",
@@ -150,7 +165,8 @@ class ControllerLink:
             self.epochs.registration_answered(answer.broker_epoch)
             if self.on_registered is not None:
                 self.on_registered(answer.broker_epoch)
-            return answer.broker_epoch
+            generation: int = answer.broker_epoch
+            return generation
         return -1
 
     # ---------------------------------------------------------------------------- heartbeats
@@ -166,9 +182,12 @@ class ControllerLink:
                          "and heartbeating at once", self.config.broker_id)
             if self._stopping.is_set():
                 return
+            self._due_now.clear()
+            offline = self.offline_dirs() if self.offline_dirs is not None else []
             try:
                 answer = await self._request("heartbeat", 63, BrokerHeartbeatRequest(
-                    broker_id=self.config.broker_id, broker_epoch=self.epochs.generation), 0)
+                    broker_id=self.config.broker_id, broker_epoch=self.epochs.generation,
+                    offline_log_dirs=offline), 1 if offline else 0)
             except ControllerUnavailable as exc:
                 failing_since += 1
                 if failing_since == 1:
@@ -192,12 +211,17 @@ class ControllerLink:
             elif answer.error_code != 0:
                 log.warning("heartbeat answered %s", name_of(answer.error_code))
 
+    def heartbeat_soon(self) -> None:
+        """Heartbeat now rather than at the next interval (what it lists changed)."""
+        self._due_now.set()
+
     async def _wait_heartbeat_due(self, ms: int, watch: bool) -> bool:
-        """Wait ms, or less if close() is called or (watch) the heartbeat connection closes;
-        True in the last case (the heartbeat is due at once). While heartbeats fail the
-        connection is known to be down: no watching, the backoff is the wait."""
+        """Wait ms, or less if close() or heartbeat_soon() is called or (watch) the heartbeat
+        connection closes; True in the last case (the heartbeat is due at once). While
+        heartbeats fail the connection is known to be down: no watching, the backoff is the
+        wait."""
         deadline = asyncio.get_running_loop().time() + ms / 1000
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not self._due_now.is_set():
             conn = self._conns.get("heartbeat")
             if watch and conn is not None and conn.closed:
                 return True
@@ -249,7 +273,7 @@ class ControllerLink:
         speak up to version_max; the answer. Raises ControllerUnavailable."""
         conn = await self._connection("isr")
         try:
-            version = min(conn.version_for(APIS[56]), version_max)
+            version = min(conn.version_for(APIS[ApiKey.ALTER_PARTITION]), version_max)
         except NoCommonVersion as exc:
             raise ControllerUnavailable(str(exc)) from exc
         return await self._request("isr", 56, request, version)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import logging
 
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger("epochlog.broker")
 

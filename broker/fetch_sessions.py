@@ -40,8 +40,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
+from epochlog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger("epochlog.broker")
 

@@ -32,8 +32,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from client.connection import Connection, NoCommonVersion
-from protocol.registry import APIS
+from epochlog.client.connection import Connection, NoCommonVersion
+from epochlog.protocol.registry import APIS
 
 from .follower import RETRY_FIRST_MS, FollowerStats, SourceFetcher
 from .partition import Partition, Role

@@ -48,14 +48,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
-from protocol.apis.offset_for_leader_epoch import (
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
+from epochlog.protocol.apis.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
-from protocol.error_codes import ErrorCode, name_of
-from protocol.schema import Message
+from epochlog.protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.schema import Message
 
 from .partition import Partition, Role
 from .storage import Log, StorageError
@@ -67,6 +67,8 @@ OFFSET_FOR_LEADER_EPOCH = 23
 UNDEFINED = -1
 RETRY_FIRST_MS = 50  # the first retry after an error; transient ones (a LeaderAndIsr on its way)
 # clear quickly, so failover is not slowed by a full backoff_ms
+FAILURES_BEFORE_WARNING = 6  # about 3 s of retries of one error before it is a WARNING
+SOURCE_DOWN_WARN_MS = 15_000  # a source unreachable this long is a WARNING
 FAILURES_COUNTED_MAX = 16  # the backoff exponent stops growing here (backoff_ms caps it anyway)
 MIN_BYTES = 1
 
@@ -100,6 +102,7 @@ class _Followed:
     retry_at_ms: int = 0
     failures: int = 0
     last_error: str = ""
+    warned: bool = False  # the persisting error was logged as a WARNING
     lag: int = 0  # the leader's high watermark minus our log end, at the last fetch
 
     @property
@@ -155,6 +158,8 @@ class SourceFetcher:
         self._generations = 0
         self._rotation = 0  # where the next Fetch starts its partition list (fairness)
         self._last_failure = ""
+        self._failing_since_ms: int | None = None  # since when fetches from the source fail
+        self._warned_down = False
 
     def __repr__(self) -> str:
         return f"SourceFetcher(broker {self.broker_id} <- {self.source_id}, {len(self)} partitions)"
@@ -281,7 +286,11 @@ class SourceFetcher:
             return []
         sent = self._in_flight[1]
         self._in_flight = None
+        if self._failing_since_ms is not None:
+            log.info("broker %d: fetching from broker %d works again", self.broker_id,
+                     self.source_id)
         self._last_failure = ""
+        self._failing_since_ms, self._warned_down = None, False
         changed: set[TopicPartition] = set()
         answered: set[TopicPartition] = set()
         if api_key == FETCH and response.error_code:
@@ -311,10 +320,19 @@ class SourceFetcher:
     def on_failure(self, reason: str) -> None:
         """The connection was lost, or the request timed out: every partition backs off."""
         self._in_flight = None
-        if reason != self._last_failure:
-            log.warning("broker %d: fetching from broker %d failed: %s; backing off",
-                        self.broker_id, self.source_id, reason)
+        now = self.clock()
+        if self._failing_since_ms is None:
+            self._failing_since_ms = now
+        # A source that stops or restarts (a rolling restart, a clean cluster stop) is routine:
+        # INFO; one still unreachable after SOURCE_DOWN_WARN_MS needs a person: WARNING, once.
+        lasting = now - self._failing_since_ms >= SOURCE_DOWN_WARN_MS
+        if reason != self._last_failure or (lasting and not self._warned_down):
+            log.log(logging.WARNING if lasting else logging.INFO,
+                    "broker %d: fetching from broker %d failed%s: %s; backing off",
+                    self.broker_id, self.source_id,
+                    f" for {now - self._failing_since_ms} ms" if lasting else "", reason)
             self._last_failure = reason
+            self._warned_down = self._warned_down or lasting
         self.stats.errors["NETWORK_EXCEPTION"] += 1
         for f in self._followed.values():
             if f.state is not FollowState.FENCED:
@@ -383,10 +401,7 @@ class SourceFetcher:
         if (d.log_start_offset > plog.log_start_offset
                 and plog.advance_log_start_offset(min(d.log_start_offset, plog.log_end_offset))):
             changed.add(tp)
-        f.partition.leader_high_watermark = d.high_watermark  # KIP-392 follower reads
-        high_watermark = min(d.high_watermark, plog.log_end_offset)
-        if high_watermark != plog.high_watermark:
-            plog.update_high_watermark(high_watermark)
+        if f.partition.follow_high_watermark(d.high_watermark):
             changed.add(tp)
         f.lag = max(0, d.high_watermark - plog.log_end_offset)
         self._succeeded(f)
@@ -399,7 +414,7 @@ class SourceFetcher:
         if leader_start >= 0 and end < leader_start:
             log.info("%s: truncated fully from offset %d, starting again at %d: the leader's "
                      "log starts there (OFFSET_OUT_OF_RANGE)", f.name, end, leader_start)
-            plog.truncate_fully_and_start_at(leader_start)
+            f.partition.truncate_fully_and_start_at(leader_start)
             self.stats.truncations += 1
             changed.add((f.partition.topic, f.partition.index))
             return
@@ -416,7 +431,7 @@ class SourceFetcher:
         target, done, why = truncation_point(plog, epoch, end_offset)
         old_end = plog.log_end_offset
         if target < old_end:
-            plog.truncate_to(target)
+            f.partition.truncate_to(target)
             self.stats.truncations += 1
             changed.add((f.partition.topic, f.partition.index))
             log.info("%s: truncated from offset %d to %d (%s from broker %d: %s)", f.name,
@@ -453,10 +468,15 @@ class SourceFetcher:
 
     def _back_off(self, f: _Followed, why: str) -> None:
         delay = self._delay(f)
-        if why != f.last_error:
-            log.warning("%s: %s; retrying in %d ms (broker %d, leader epoch %d)", f.name, why,
-                        delay, self.source_id, f.leader_epoch)
+        # The first errors after a leadership change are routine (the leader has not applied
+        # its LeaderAndIsr yet): INFO; the same error persisting is a WARNING, once.
+        persisting = f.failures >= FAILURES_BEFORE_WARNING
+        if why != f.last_error or (persisting and not f.warned):
+            log.log(logging.WARNING if persisting else logging.INFO,
+                    "%s: %s; retrying in %d ms (broker %d, leader epoch %d)", f.name, why,
+                    delay, self.source_id, f.leader_epoch)
             f.last_error = why
+            f.warned = f.warned or persisting
 
     def _delay(self, f: _Followed) -> int:
         delay = min(self.backoff_ms, RETRY_FIRST_MS << f.failures)
@@ -468,6 +488,7 @@ class SourceFetcher:
     def _succeeded(f: _Followed) -> None:
         f.failures = 0
         f.last_error = ""
+        f.warned = False
 
 
 def _last_batch_epoch(plog: Log) -> int:

@@ -43,7 +43,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.error_codes import ErrorCode, name_of
 
 from .partition import Partition, PartitionState
 
@@ -120,7 +120,7 @@ class IsrManager:
                     continue
             proposal = self._decide(p, now)
             if proposal is not None:
-                p.proposed_isr = proposal.isr
+                p.propose_isr(proposal.isr)
                 self._in_flight[key] = _InFlight(proposal)
                 out.append(proposal)
         return out
@@ -195,8 +195,7 @@ class IsrManager:
             self._log_change(partition, proposal, old_isr, error)
             return True
         if mine and partition.proposed_isr == proposal.isr:
-            partition.proposed_isr = None  # back to the ISR we hold: the maximal ISR shrinks
-            return partition.maybe_advance_high_watermark()
+            return partition.withdraw_isr_proposal()  # the maximal ISR shrinks
         return False
 
     @staticmethod
@@ -235,9 +234,12 @@ class IsrManager:
         then = "adopting the controller's state" if adopted else (
             "waiting for the controller's LeaderAndIsr" if error in SUPERSEDED else
             "keeping the ISR we hold")
-        log.warning("%s: AlterPartition to %s (leader epoch %d, partition epoch %d) refused: "
-                    "%s; %s", partition.name, list(proposal.isr), proposal.leader_epoch,
-                    proposal.partition_epoch, name_of(error), then)
+        # INELIGIBLE_REPLICA is the expected race with a member that is shutting down, restarting
+        # or whose log went offline: said, not warned about.
+        level = logging.INFO if error == E.INELIGIBLE_REPLICA else logging.WARNING
+        log.log(level, "%s: AlterPartition to %s (leader epoch %d, partition epoch %d) refused: "
+                "%s; %s", partition.name, list(proposal.isr), proposal.leader_epoch,
+                proposal.partition_epoch, name_of(error), then)
 
 
 def _still_pending(p: Partition, proposal: IsrProposal) -> bool:

@@ -16,16 +16,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from protocol.apis.alter_partition import (AlterPartitionPartitionData, AlterPartitionRequest,
-                                           AlterPartitionResponse, AlterPartitionTopicData)
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.apis.alter_partition import (
+    AlterPartitionPartitionData,
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionTopicData,
+)
+from epochlog.protocol.error_codes import ErrorCode
 
+from .broker_app import controller_of, replicas_of
 from .controller_link import ControllerUnavailable
 from .isr import IsrManager, IsrProposal
 from .partition import Partition, PartitionState
 from .replicas import ReplicaManager
+
+if TYPE_CHECKING:
+    from .broker_app import BrokerApp
 
 log = logging.getLogger("epochlog.broker")
 
@@ -66,7 +74,7 @@ def read_answers(answer: Any, proposals: list[IsrProposal], replicas_of: dict[tu
 
 
 class IsrTask:
-    def __init__(self, app: Any, manager: IsrManager) -> None:
+    def __init__(self, app: BrokerApp, manager: IsrManager) -> None:
         self.app = app
         self.manager = manager
         self.tick_ms = max(TICK_MS_MIN, manager.lag_time_max_ms // 2)
@@ -94,7 +102,7 @@ class IsrTask:
             await asyncio.sleep(max(0.0, WAKE_GAP_MS / 1000 - (loop.time() - started)))
 
     async def run_once(self) -> None:
-        replicas = self.app.replicas
+        replicas = replicas_of(self.app)
         proposals = self.manager.due(list(replicas.partitions.values()))
         for start in range(0, len(proposals), PROPOSALS_PER_REQUEST_MAX):
             await self._send(proposals[start:start + PROPOSALS_PER_REQUEST_MAX])
@@ -103,11 +111,12 @@ class IsrTask:
         app = self.app
         request = build_request(app.broker_id, app.epochs.generation, proposals)
         try:
-            answer = await app.controller.alter_partition(request, ALTER_PARTITION_VERSION_MAX)
+            answer = await controller_of(app).alter_partition(request,
+                                                              ALTER_PARTITION_VERSION_MAX)
         except ControllerUnavailable as exc:
             log.debug("AlterPartition not sent: %s", exc)
             answer = None
-        apply_answer(app.replicas, self.manager, proposals, answer)
+        apply_answer(replicas_of(app), self.manager, proposals, answer)
 
 
 def apply_answer(replicas: ReplicaManager, manager: IsrManager, proposals: list[IsrProposal],

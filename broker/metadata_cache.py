@@ -3,8 +3,8 @@
 Filled only by UpdateMetadata (docs/control-plane.md): `live_brokers` is always the complete list
 (replace ours); `topic_states` are upserts; leader -2 marks a deleted partition (forget it; a topic
 with no partition left is forgotten). Topic ids come with v7 (`topic_ids`, name -> UUID); a zero
-id (v5-6, or a topic being deleted) does not replace a known one. The first UpdateMetadata of a generation lists everything,
-so a restarted broker needs nothing else.
+id (v5-6, or a topic being deleted) does not replace a known one. The first UpdateMetadata of a
+generation lists everything, so a restarted broker needs nothing else.
 
 Each broker keeps every listener it registered (name, host, port), in registration order.
 `BrokerInfo.endpoint(listener)` picks the one of that name, else the first: Metadata answers with
@@ -21,8 +21,8 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 
-from protocol.apis.update_metadata import UpdateMetadataRequest
-from protocol.schema import ZERO_UUID
+from epochlog.protocol.apis.update_metadata import UpdateMetadataRequest
+from epochlog.protocol.schema import ZERO_UUID
 
 LEADER_DURING_DELETE = -2
 

@@ -20,8 +20,8 @@ from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from protocol.error_codes import name_of
-from protocol.registry import APIS
+from epochlog.protocol.error_codes import name_of
+from epochlog.protocol.registry import APIS
 
 ERROR_SCAN_DEPTH_MAX = 4  # answer -> topics -> partitions: deep enough for every error field
 
@@ -96,6 +96,20 @@ class BrokerCollector:
             yield _gauge("epochlog_broker_under_min_isr_partitions",
                          "Partitions led here whose ISR is below min.insync.replicas.",
                          sum(len(p.isr) < p.min_insync_replicas for p in led))
+            disk = replicas.logs.disk
+            yield _gauge("epochlog_broker_disk_writes_failing",
+                         "1 while writes to the data dir fail (a full disk): appends are "
+                         "answered KAFKA_STORAGE_ERROR.", int(disk.failing))
+            cut = replicas.logs.truncations
+            yield _counter("epochlog_broker_committed_truncations",
+                           "Cuts of a log below its high watermark: acknowledged records lost "
+                           "(an unclean election, or recovery of a damaged log).",
+                           cut.events_total)
+            yield _counter("epochlog_broker_committed_offsets_truncated",
+                           "Committed offsets cut away by those truncations.", cut.offsets_total)
+            yield _counter("epochlog_broker_disk_write_failures",
+                           "Writes to the data dir that failed (appends, index entries, "
+                           "checkpoints).", disk.failures_total)
         isr = getattr(b, "isr", None)
         if isr is not None:
             c = isr.counters
@@ -112,7 +126,7 @@ class BrokerCollector:
         fetchers = getattr(b, "fetchers", None)
         if fetchers is not None:
             yield from _fetcher_metrics(fetchers)
-        yield from _read_path_metrics(getattr(b, "read_path", None))
+        yield from _read_path_metrics(b.read_path)
         groups = getattr(b, "groups", None)
         if groups is not None:
             yield from _group_metrics(groups)
@@ -242,6 +256,6 @@ def _counter(name: str, help_text: str, value: float) -> CounterMetricFamily:
 
 def serve_metrics(broker: Any, stats: RequestStats, host: str, port: int) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(BrokerCollector(broker, stats))  # type: ignore[arg-type]
+    registry.register(BrokerCollector(broker, stats))
     start_http_server(port, addr=host, registry=registry)
     return registry

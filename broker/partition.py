@@ -23,12 +23,15 @@ ISR change); otherwise `apply` returns False and nothing changes (the handler an
 STALE_CONTROLLER_EPOCH for that partition, as Kafka does).
 
 High watermark (leader only): the smallest log end offset among the members of the *maximal* ISR,
-the leader's own included; followers report theirs through `update_follower` (the fetch path).
+the leader's own included, and it stands still while that ISR is smaller than min.insync.replicas
+(capped at the replication factor): KIP-966's rule, which keeps every replica that left the ISR
+meanwhile eligible to lead (the controller's ELR) without losing a committed record; followers
+report theirs through `update_follower` (the fetch path).
 The maximal ISR is the ISR plus the members of an AlterPartition still in flight
 (`proposed_isr`, set by isr.IsrManager): Kafka's rule, because the controller may already have
 accepted an expansion whose answer has not arrived, and a replica the controller counts as in sync
-must hold everything committed. With an ISR of the leader alone the high watermark is the log end,
-so replication factor 1 needs no followers. It never moves back.
+must hold everything committed. With an ISR of the leader alone (and min.insync.replicas 1, or
+replication factor 1) the high watermark is the log end. It never moves back.
 
 Caught up (Kafka's lastCaughtUpTimeMs): a fetch at offset >= the leader's log end now makes the
 follower caught up now; a fetch at offset >= the leader's log end as of its previous fetch makes it
@@ -36,6 +39,16 @@ caught up as of that previous fetch. So a follower that keeps up with steady app
 asks for what existed at its last fetch) stays caught up, and one that falls behind stops being
 caught up at its last good fetch. `lagging_followers` are ISR members not caught up for
 replica_lag_time_max_ms whose log end is not the leader's (isr.py shrinks the ISR by them).
+
+Invariants. The high watermark, the ISR (and the proposal in flight) and the leader epoch change
+only through this class's methods, which check them: the high watermark lies between the log
+start and the log end, and a leader's never moves back within its leader epoch (a follower's is
+its leader's, capped at our log end: after a leader change the new leader may report a lower one
+until its followers fetch, as in Kafka); the ISR and any proposed ISR lie within the replicas; the
+leader epoch never goes back, nor the partition epoch within one leader epoch. A state from the
+controller that breaks these is refused (InvalidPartitionState: bad input, answered with an
+error); a change from our own code that breaks them is a bug, and an AssertionError stops the
+broker (docs/design.md: crash on a broken invariant, handle operating errors).
 
 The clock is injected (ms) and the storage `Log` is synchronous, so a simulation can drive this
 class without an event loop. Callers wake waiting requests (purgatories) when a method returns
@@ -50,12 +63,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from .fencing import leader_epoch_error
-from .storage import AppendInfo, Log
+from .storage import AppendInfo, CorruptLog, Log
 
 log = logging.getLogger("epochlog.broker")
 
 NO_LEADER = -1
 Clock = Callable[[], int]
+
+
+class InvalidPartitionState(ValueError):
+    """A partition state from the controller that cannot be (ISR outside the replicas, ...)."""
 
 
 class Role(enum.Enum):
@@ -75,6 +92,18 @@ class PartitionState:
     isr: tuple[int, ...]
     controller_epoch: int = -1
 
+    def problem(self) -> str | None:
+        """Why this state cannot be applied, or None."""
+        if len(set(self.replicas)) != len(self.replicas):
+            return f"replicas {list(self.replicas)} name a broker twice"
+        if not set(self.isr) <= set(self.replicas):
+            return f"isr {list(self.isr)} is not within the replicas {list(self.replicas)}"
+        if self.leader != NO_LEADER and self.leader not in self.replicas:
+            return f"leader {self.leader} is not one of the replicas {list(self.replicas)}"
+        if self.leader_epoch < 0 or self.partition_epoch < 0:
+            return f"negative epoch (leader {self.leader_epoch}, partition {self.partition_epoch})"
+        return None
+
     def newer_than(self, other: PartitionState | None) -> bool:
         if other is None:
             return True
@@ -91,6 +120,7 @@ class FollowerProgress:
     last_fetch_ms: int = -1
     last_caught_up_ms: int = -1
     last_fetch_leader_log_end_offset: int = -1  # the leader's log end at the previous fetch
+    log_start_offset: int = -1  # as its last fetch said (Fetch v5+): DeleteRecords' low watermark
     # The high watermark our last fetch answer told it (handlers/fetch.py: a follower that has
     # not been told the current one is answered at once, not after max wait; KIP-392).
     high_watermark_sent: int = -1
@@ -118,6 +148,11 @@ class Partition:
     leader_epoch_start_offset: int = -1
     # Called when a follower outside the ISR may now join it (the ISR task wakes early).
     on_isr_candidate: Callable[[Partition], None] | None = None
+    # Corrupt places in the log already reported (handlers/fetch.py logs each once).
+    corruption_reported: set[str] = field(default_factory=set)
+    # Told when a read finds corrupt data in our log (ReplicaManager.storage_failed takes the
+    # replica offline and repairs it).
+    on_corrupt: Callable[[Partition, CorruptLog], None] | None = None
 
     def __repr__(self) -> str:
         return f"Partition({self.name}, {self.role.value}, epoch {self.leader_epoch})"
@@ -173,10 +208,18 @@ class Partition:
 
     # ---------------------------------------------------------------------------- transitions
     def apply(self, new: PartitionState) -> bool:
-        """Take the controller's state if it is newer; False (and no change) if it is not."""
+        """Take the controller's state if it is newer; False (and no change) if it is not.
+        InvalidPartitionState (and no change) if it breaks the partition's invariants."""
         if not new.newer_than(self.state):
             return False
+        problem = new.problem()
+        if problem is not None:
+            raise InvalidPartitionState(f"{self.name}: {problem}")
         old_role, old_epoch = self.role, self.leader_epoch
+        old_partition_epoch = self.state.partition_epoch if self.state else -1
+        assert new.leader_epoch > old_epoch or (
+            new.leader_epoch == old_epoch and new.partition_epoch > old_partition_epoch), \
+            f"{self.name}: epochs went back to {new.leader_epoch}/{new.partition_epoch}"
         self.state = new
         self.proposed_isr = None  # the controller's word replaces any proposal in flight
         if new.leader == self.broker_id:
@@ -215,6 +258,30 @@ class Partition:
                  self.name, self.state.leader, self.state.leader_epoch, old_role.value,
                  self.log_end_offset)
 
+    def go_offline(self, why: str) -> None:
+        """Stop serving: the partition is removed here, or the broker is closing."""
+        if self.role is not Role.OFFLINE:
+            log.debug("%s: offline: %s", self.name, why)
+        self.role = Role.OFFLINE
+
+    def take_offline(self, why: str) -> Role:
+        """Our replica's log failed (a storage error): neither lead nor follow until the
+        controller has acted on it. The role we had."""
+        was = self.role
+        self.role = Role.OFFLINE
+        self.followers = {}
+        self.leader_epoch_start_offset = -1
+        self.proposed_isr = None
+        log.info("%s: replica offline at leader epoch %d (was %s): %s", self.name,
+                 self.leader_epoch, was.value, why)
+        return was
+
+    def follow_again(self) -> None:
+        """Back to following the leader of our current state (a repaired replica outside the
+        ISR, which the controller need not be told about)."""
+        assert self.state is not None and self.state.leader not in (self.broker_id, NO_LEADER)
+        self._become_follower(self.role)
+
     def resign(self, why: str) -> bool:
         """Stop leading without a new state (our generation ended: docs/control-plane.md says
         stop acting as a leader). The next LeaderAndIsr, with a newer epoch, decides again."""
@@ -223,6 +290,35 @@ class Partition:
         self.role = Role.OFFLINE
         log.info("%s: stopped leading at leader epoch %d: %s", self.name, self.leader_epoch, why)
         return True
+
+    # ----------------------------------------------------------------------------- following
+    def follow_high_watermark(self, leader_high_watermark: int) -> bool:
+        """A fetch answer from our leader gave its high watermark: ours is that, capped at our
+        log end. True if ours changed. It may move back (see Invariants)."""
+        assert self.role is not Role.LEADER, f"{self.name}: a leader follows no high watermark"
+        self.leader_high_watermark = leader_high_watermark  # KIP-392: committed, maybe not here
+        new = max(min(leader_high_watermark, self.log_end_offset), self.log_start_offset)
+        if new == self.log.high_watermark:
+            return False
+        self._set_high_watermark(new)
+        return True
+
+    def truncate_to(self, offset: int, why: str | None = None) -> None:
+        """Cut our log from offset on (a follower truncating by leader epoch, KIP-101; a damaged
+        replica: `why` says so); the high watermark comes down with the log end if it was
+        above it."""
+        assert self.role is not Role.LEADER, f"{self.name}: a leader does not truncate"
+        if why is None:
+            self.log.truncate_to(offset)
+        else:
+            self.log.truncate_to(offset, why)
+        self._check_high_watermark()
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Drop the whole log and start it at offset (the leader's log starts past our end)."""
+        assert self.role is not Role.LEADER, f"{self.name}: a leader does not truncate"
+        self.log.truncate_fully_and_start_at(offset)
+        self._check_high_watermark()
 
     # ------------------------------------------------------------------------------- leading
     def append_as_leader(self, records: bytes) -> AppendInfo:
@@ -234,7 +330,7 @@ class Partition:
         return info
 
     def update_follower(self, replica_id: int, log_end_offset: int,
-                        last_fetched_epoch: int = -1) -> bool:
+                        last_fetched_epoch: int = -1, log_start_offset: int = -1) -> bool:
         """A follower fetched from log_end_offset (so holds everything before it). True if the
         high watermark moved. A fetch past our log end, or one whose last fetched epoch
         diverges from ours (it will truncate first), says nothing about what it holds of our
@@ -242,6 +338,7 @@ class Partition:
         progress = self.followers.get(replica_id)
         if progress is None or self.role is not Role.LEADER:
             return False
+        progress.log_start_offset = max(progress.log_start_offset, log_start_offset)
         leader_end = self.log_end_offset
         if log_end_offset > leader_end or self._diverges(last_fetched_epoch, log_end_offset):
             return False
@@ -256,6 +353,30 @@ class Partition:
         if self.on_isr_candidate is not None and self.may_join_isr(replica_id):
             self.on_isr_candidate(self)
         return self.maybe_advance_high_watermark()
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords on the leader: offsets below offset become unreadable (-1: the high
+        watermark). The new log start offset; InvalidPartitionState if this is not the leader
+        or offset lies beyond the high watermark (nothing acknowledged-but-uncommitted goes)."""
+        if self.role is not Role.LEADER:
+            raise InvalidPartitionState(f"{self.name}: only the leader deletes records")
+        target = self.high_watermark if offset == -1 else offset
+        if not 0 <= target <= self.high_watermark:
+            raise InvalidPartitionState(
+                f"{self.name}: cannot delete records before {offset}: the high watermark is "
+                f"{self.high_watermark}")
+        self.log.advance_log_start_offset(target)
+        return self.log_start_offset
+
+    def low_watermark(self) -> int:
+        """The lowest log start offset among the leader and its in-sync followers: below it, no
+        in-sync replica still holds a record (what DeleteRecords answers)."""
+        starts = [self.log_start_offset]
+        for replica in self.isr:
+            if replica != self.broker_id:
+                progress = self.followers.get(replica)
+                starts.append(progress.log_start_offset if progress is not None else -1)
+        return min(starts)
 
     def _diverges(self, last_fetched_epoch: int, fetch_offset: int) -> bool:
         if last_fetched_epoch < 0:
@@ -277,6 +398,8 @@ class Partition:
     def maybe_advance_high_watermark(self) -> bool:
         if self.role is not Role.LEADER or self.state is None:
             return False
+        if len(self.maximal_isr) < min(self.min_insync_replicas, len(self.state.replicas)):
+            return False  # KIP-966: what left the ISR since must still hold everything committed
         ends = [self.log_end_offset]
         for member in self.maximal_isr:
             if member != self.broker_id:
@@ -285,8 +408,40 @@ class Partition:
         new_hw = min(ends)
         if new_hw <= self.log.high_watermark:
             return False
-        self.log.update_high_watermark(new_hw)
+        self._set_high_watermark(new_hw)
         return True
+
+    def propose_isr(self, isr: tuple[int, ...]) -> None:
+        """An AlterPartition for this ISR is in flight (isr.IsrManager): the maximal ISR counts
+        its members until the controller answers."""
+        assert self.role is Role.LEADER and self.state is not None, \
+            f"{self.name}: only a leader proposes an ISR"
+        assert set(isr) <= set(self.state.replicas) and self.broker_id in isr, \
+            f"{self.name}: proposed isr {list(isr)} is not within {list(self.state.replicas)} " \
+            "or leaves the leader out"
+        self.proposed_isr = isr
+
+    def withdraw_isr_proposal(self) -> bool:
+        """The proposal in flight failed: back to the ISR we hold. True if the high watermark
+        moved (the maximal ISR shrank)."""
+        self.proposed_isr = None
+        return self.maybe_advance_high_watermark()
+
+    # ---------------------------------------------------------------------------- invariants
+    def _set_high_watermark(self, new: int) -> None:
+        old = self.log.high_watermark
+        assert self.log_start_offset <= new <= self.log_end_offset, \
+            f"{self.name}: high watermark {new} outside the log [{self.log_start_offset}, " \
+            f"{self.log_end_offset}]"
+        assert self.role is not Role.LEADER or new >= old, \
+            f"{self.name}: the leader's high watermark went back from {old} to {new}"
+        self.log.update_high_watermark(new)
+
+    def _check_high_watermark(self) -> None:
+        hw = self.log.high_watermark
+        assert self.log_start_offset <= hw <= self.log_end_offset, \
+            f"{self.name}: high watermark {hw} outside the log [{self.log_start_offset}, " \
+            f"{self.log_end_offset}]"
 
     def lagging_followers(self, lag_ms_max: int) -> Sequence[int]:
         """ISR members out of sync (Kafka's isCaughtUp negated): not caught up for lag_ms_max

@@ -48,10 +48,13 @@ class ProducerIdAllocator:
         return int(lines[1])
 
     def allocate(self) -> int:
+        """A new producer id; OSError if the next block cannot be reserved on disk (then
+        nothing changed: no id is handed out that a restart could hand out again)."""
         if self._next >= self._block_end:
-            self._block_end = self._next + BLOCK_IDS
-            assert self._block_end <= COUNTER_MAX, "producer id counter exhausted"
-            write_atomically(self.path, f"0\n{self._block_end}\n".encode())
+            block_end = self._next + BLOCK_IDS
+            assert block_end <= COUNTER_MAX, "producer id counter exhausted"
+            write_atomically(self.path, f"0\n{block_end}\n".encode())
+            self._block_end = block_end
         counter = self._next
         self._next += 1
         return (self.broker_id << BROKER_SHIFT) | counter

@@ -19,6 +19,18 @@ Rules (docs/control-plane.md):
   log is then created, or an existing one reconfigured, with them, and the partition keeps the
   topic's min.insync.replicas.
 
+Corrupt data found on read (Kafka's log-dir failure handling, per partition): `storage_failed`
+cuts our log before the damage (everything after it is fetched again from the leader) and takes
+the replica offline: it neither leads nor follows, LeaderAndIsr answers KAFKA_STORAGE_ERROR for
+it, and every heartbeat lists it (`offline_dir_ids`, BrokerHeartbeat's offline_log_dirs) until
+the controller has acted: elected another leader from the ISR, or taken us out of the ISR, or
+left the partition without a leader (we were its last in-sync replica). The first such newer
+state brings the replica back (a follower, or waiting for the election the controller then holds,
+since it is still the last ISR member). A follower outside the ISR needs no controller: it is
+cut and follows again at once. Cutting committed records is recorded (truncations.py): a loss
+only when no other replica holds them. A log whose recovery at start cut committed records
+(`LogManager.cut_at_open`) starts offline the same way: its first heartbeat lists it.
+
 Flushing: logs do not fsync on the append path (`auto_flush` off); `flush_due_logs` runs their
 fsyncs on an executor thread (storage's FlushJob) so the event loop never waits on a disk.
 Everything else runs on the event loop, which owns all of this state.
@@ -28,20 +40,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable, Iterable
 
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
+from epochlog.protocol.error_codes import ErrorCode
 
-from .partition import Partition, PartitionState, Role
+from .partition import NO_LEADER, InvalidPartitionState, Partition, PartitionState, Role
 from .purgatory import Purgatory
-from .storage import LogManager
+from .storage import CorruptLog, DiskWriteFailed, LogManager
 from .topic_configs import Fetch, TopicConfigs
 
 log = logging.getLogger("epochlog.broker")
 
+
+class FsyncFailed(Exception):
+    """An fsync of log data failed: the broker stops (storage/disk_health.py says why)."""
+
 TopicPartition = tuple[str, int]
 PartitionListener = Callable[[str, int, "Partition | None"], None]
 NO_EPOCH_CHECK = (-1, -2)  # StopReplica leader epochs that skip the check
+# Cutting a damaged log may meet more damage before the cut (the producer state is rebuilt from
+# the batch headers that remain): this many cuts at most, then the replica stays offline.
+REPAIR_CUTS_MAX = 8
 
 
 class ReplicaManager:
@@ -61,6 +82,14 @@ class ReplicaManager:
         # Told of every partition whose state was applied (the partition) or that is gone
         # (None): the replica fetchers (fetcher.py, or a simulation's) follow or stop.
         self.partition_listeners: list[PartitionListener] = []
+        # Replicas offline after a storage error -> whether their log was repaired (cut before
+        # the damage); see the module notes. on_offline_change: the list changed (the
+        # controller link heartbeats at once).
+        self.offline: dict[TopicPartition, bool] = dict.fromkeys(sorted(logs.cut_at_open), True)
+        self.on_offline_change: Callable[[], None] | None = None
+        for topic, index in self.offline:
+            log.warning("%s-%d: recovery at start cut committed records: offline until the "
+                        "controller has taken this replica out of the ISR", topic, index)
         for each in logs.logs.values():
             each.auto_flush = False
 
@@ -86,22 +115,114 @@ class ReplicaManager:
         if wanted:
             await self.topic_configs.ensure(wanted, fetch)
 
+    async def refresh_topic_settings(self, fetch: Fetch) -> int:
+        """Ask again for the settings of every topic we hold and put changes into force on
+        the open partitions (AlterConfigs reach brokers this way); how many partitions
+        changed."""
+        topics = {topic for topic, _ in self.partitions}
+        if not topics:
+            return 0
+        await self.topic_configs.ensure(topics, fetch)
+        changed = 0
+        for (topic, index), partition in list(self.partitions.items()):
+            settings = self.topic_configs.get(topic)
+            moved = self.logs.reconfigure(topic, index, settings.log)
+            if partition.min_insync_replicas != settings.min_insync_replicas:
+                partition.min_insync_replicas = settings.min_insync_replicas
+                moved = True
+            changed += moved
+        return changed
+
     def apply_partition_state(self, topic: str, index: int, state: PartitionState,
                               is_new: bool) -> int:
-        """One partition of a LeaderAndIsr: 0, or STALE_CONTROLLER_EPOCH if not newer."""
+        """One partition of a LeaderAndIsr: 0, STALE_CONTROLLER_EPOCH if not newer,
+        INVALID_REQUEST for a state that breaks the partition's invariants (logged), or
+        KAFKA_STORAGE_ERROR for a log the disk refuses to create."""
         partition = self.partitions.get((topic, index))
         if partition is None:
-            partition = self._open(topic, index, is_new)
+            try:
+                partition = self._open(topic, index, is_new)
+            except OSError as exc:  # its folder or files cannot be made (a full disk)
+                self.logs.disk.failed(f"a log for {topic}-{index}", exc)
+                return ErrorCode.KAFKA_STORAGE_ERROR
         elif not state.newer_than(partition.state):
             log.warning("%s: kept leader epoch %d partition epoch %d; LeaderAndIsr named %d/%d "
                         "(STALE_CONTROLLER_EPOCH)", partition.name, partition.leader_epoch,
                         partition.state.partition_epoch if partition.state else -1,
                         state.leader_epoch, state.partition_epoch)
             return ErrorCode.STALE_CONTROLLER_EPOCH
-        partition.apply(state)
+        if (topic, index) in self.offline and not self._back_online(partition, state):
+            return ErrorCode.KAFKA_STORAGE_ERROR
+        try:
+            partition.apply(state)
+        except InvalidPartitionState as exc:
+            log.error("refused a LeaderAndIsr partition state: %s", exc)
+            return ErrorCode.INVALID_REQUEST
         self.poke((topic, index))
         self._tell(topic, index, partition)
         return 0
+
+    # ------------------------------------------------------------------ storage failures
+    def offline_dir_ids(self) -> list[uuid.UUID]:
+        """What a heartbeat's offline_log_dirs lists: our offline replicas' directory ids."""
+        return [replica_dir_id(topic, index) for topic, index in sorted(self.offline)]
+
+    def storage_failed(self, partition: Partition, exc: CorruptLog) -> None:
+        """A read found corrupt data in partition's log: cut the log before it and take the
+        replica offline until the controller has acted (module notes). One ERROR line."""
+        tp = (partition.topic, partition.index)
+        if tp in self.offline or self.partitions.get(tp) is not partition:
+            return
+        in_isr = self.broker_id in partition.isr and partition.leader_id != NO_LEADER
+        needs_controller = partition.is_leader or in_isr
+        log.error("%s: corrupt data on disk, not served: %s; cutting the log there, %s",
+                  partition.name, exc,
+                  "offline until the controller moves leadership and the ISR off this replica"
+                  if needs_controller else "then following the leader again")
+        was = partition.take_offline("a storage error")
+        repaired = self._cut_damage(partition, exc)
+        if not repaired:
+            log.error("%s: the damage could not be cut off; the replica stays offline",
+                      partition.name)
+        if repaired and not needs_controller and was is Role.FOLLOWER:
+            partition.follow_again()
+        else:
+            self.offline[tp] = repaired
+            if self.on_offline_change is not None:
+                self.on_offline_change()
+        self.poke(tp)
+        self._tell(partition.topic, partition.index, partition)
+
+    def _cut_damage(self, partition: Partition, exc: CorruptLog) -> bool:
+        """Truncate the log to where it is intact (fetched again from a leader later). False
+        when no place to cut is known or the cuts keep meeting damage."""
+        cut = exc.cut_offset
+        for _ in range(REPAIR_CUTS_MAX):
+            if cut is None:
+                return False
+            try:
+                partition.truncate_to(cut, why="damaged data cut off (fetched again from "
+                                      "another replica; lost if none holds it)")
+                return True
+            except CorruptLog as more:
+                cut = more.cut_offset if more.cut_offset is not None and more.cut_offset < cut \
+                    else None
+        return False
+
+    def _back_online(self, partition: Partition, state: PartitionState) -> bool:
+        """An offline replica and a newer state: True (and no longer offline) once that state
+        shows the controller acted (leadership and ISR off us, or no leader at all)."""
+        tp = (partition.topic, partition.index)
+        acted = state.leader == NO_LEADER or (
+            state.leader != self.broker_id and self.broker_id not in state.isr)
+        if not acted or not self.offline[tp]:
+            return False
+        del self.offline[tp]
+        log.info("%s: replica online again at leader epoch %d (leader %d, isr %s)",
+                 partition.name, state.leader_epoch, state.leader, list(state.isr))
+        if self.on_offline_change is not None:
+            self.on_offline_change()
+        return True
 
     def _tell(self, topic: str, index: int, partition: Partition | None) -> None:
         for listener in self.partition_listeners:
@@ -119,7 +240,8 @@ class ReplicaManager:
         opened.auto_flush = False
         partition = Partition(topic, index, self.broker_id, opened, self.clock,
                               min_insync_replicas=settings.min_insync_replicas,
-                              on_isr_candidate=self.on_isr_candidate)
+                              on_isr_candidate=self.on_isr_candidate,
+                              on_corrupt=self.storage_failed)
         self.partitions[(topic, index)] = partition
         return partition
 
@@ -154,9 +276,11 @@ class ReplicaManager:
         return 0
 
     def _remove(self, topic: str, index: int, delete: bool) -> None:
+        if self.offline.pop((topic, index), None) is not None and self.on_offline_change:
+            self.on_offline_change()
         partition = self.partitions.pop((topic, index), None)
         if partition is not None:
-            partition.role = Role.OFFLINE
+            partition.go_offline("stopped here")
             self.poke((topic, index))
         self._tell(topic, index, None)  # before a delete: no fetcher may touch the log after
         if delete:
@@ -178,14 +302,23 @@ class ReplicaManager:
         loop = asyncio.get_running_loop()
         for each in list(self.logs.logs.values()):
             if each.flush_due():
-                job = each.begin_flush()
-                await loop.run_in_executor(None, job.run)
+                try:
+                    job = each.begin_flush()
+                except DiskWriteFailed:  # index entries not written out: counted, tried again
+                    continue
+                try:
+                    await loop.run_in_executor(None, job.run)
+                except OSError as exc:
+                    raise FsyncFailed(f"fsync in {each.directory} failed ({exc}): what was "
+                                      "written may not be on disk, so the broker stops; the "
+                                      "next start recovers the log from its last flush") from exc
                 each.end_flush(job)
 
-    def close(self) -> None:
-        """Clean shutdown: flush, checkpoints, the clean-shutdown marker (LogManager.close)."""
+    def close(self, broker_epoch: int = -1) -> None:
+        """Clean shutdown: flush, checkpoints, the clean-shutdown marker naming our generation
+        (LogManager.close)."""
         for partition in self.partitions.values():
-            partition.role = Role.OFFLINE
+            partition.go_offline("the broker is closing")
         self.produce_purgatory.poke_all()
         self.fetch_purgatory.poke_all()
-        self.logs.close()
+        self.logs.close(broker_epoch)

@@ -40,20 +40,28 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from protocol.errors import DecodeError, ProtocolError, UnsupportedVersion
-from protocol.frames import FrameReceiver, frame
-from protocol.headers import (RequestHeader, decode_request_header, encode_response_header,
-                              peek_request_header)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.errors import DecodeError, ProtocolError, UnsupportedVersion
+from epochlog.protocol.frames import FrameReceiver, frame
+from epochlog.protocol.headers import (
+    RequestHeader,
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
 
 from .config import EXTERNAL_LISTENER
 from .handlers import REGISTRY
 from .handlers import api_versions as api_versions_handler
 
+if TYPE_CHECKING:
+    from .broker_app import BrokerApp
+    from .request_hooks import RequestHooks
+
 log = logging.getLogger("epochlog.server")
 
-_API_VERSIONS = 18
 _SIZE = struct.Struct(">i")
 
 
@@ -74,7 +82,7 @@ class RequestContext:
     header: RequestHeader
     version: int
     peer: str
-    app: Any  # the broker's state, owned by the broker package
+    app: BrokerApp  # what handlers may use of the broker (broker_app.py)
     listener: str = EXTERNAL_LISTENER  # the listener name the request arrived on
 
 
@@ -233,7 +241,7 @@ class _Connection(asyncio.BufferedProtocol):
 
 
 class KafkaServer:
-    def __init__(self, app: Any, limits: ServerLimits | None = None,
+    def __init__(self, app: BrokerApp, limits: ServerLimits | None = None,
                  observer: Observer | None = None, listener: str = EXTERNAL_LISTENER) -> None:
         self.app = app
         self.listener = listener
@@ -243,6 +251,7 @@ class KafkaServer:
         self.bytes_out_total = 0
         self.requests_total = 0
         self.conns: set[_Connection] = set()
+        self.hooks: RequestHooks | None = None  # test-only request hooks, when switched on
         self._server: asyncio.base_events.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
@@ -292,7 +301,7 @@ class KafkaServer:
             raise _Closing(f"unknown API key {key}")
         api = registration.api
         if not registration.min_version <= version <= registration.max_version:
-            if key == _API_VERSIONS:
+            if key == ApiKey.API_VERSIONS:
                 body = api.encode_response(api_versions_handler.unsupported_version_answer(), 0)
                 return [frame(encode_response_header(correlation_id, 0) + body)]
             raise _Closing(f"{api.name} v{version} is not supported "
@@ -304,8 +313,12 @@ class KafkaServer:
             raise _Closing(f"malformed {api.name} v{version} request: {exc}") from exc
         self.requests_total += 1
         ctx = RequestContext(header, version, peer, self.app, self.listener)
+        hooks = self.hooks
         try:
-            result = await registration.handle(ctx, message)
+            if hooks is not None and key in hooks.armed:
+                result = await hooks.intercept(ctx, api, message, registration.handle)
+            else:
+                result = await registration.handle(ctx, message)
         except Exception as exc:  # a handler bug: this connection only, loudly
             log.exception("%s v%d from %s failed", api.name, version, peer)
             raise _Closing(f"internal error in {api.name}: {exc}") from exc

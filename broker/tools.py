@@ -1,13 +1,18 @@
-"""`epochlog dump-log PATH` and `epochlog dump-checkpoint PATH`: look inside the on-disk files.
+"""`epochlog dump-log PATH`, `epochlog dump-checkpoint PATH` and `epochlog truncations DATA_DIR`:
+look inside the on-disk files.
 
 dump-log prints one JSON line per batch of a segment `.log` file (or of every segment in a partition
 folder): base_offset, last_offset, leader_epoch, producer_id, producer_epoch, base_sequence,
 record_count, crc_valid, position, size; `--records` adds the records. A torn tail ends the listing
 with a line {"torn_tail_bytes": N}; a header that does not parse ends it with {"corrupt": ...}.
-It reads the file as it is, in chunks, and changes nothing.
+It reads the file as it is, in chunks, and changes nothing. For big segments (PROGRESS_BYTES_MIN
+and more) it shows a progress bar on stderr when stderr is a terminal, so stdout stays JSON.
 
 dump-checkpoint prints a checkpoint file as JSON (version and entries); a malformed one gives the
 reason on stderr and exit code 1.
+
+truncations prints, one JSON line each, the cuts below the high watermark a broker recorded in its
+data dir (storage/truncations.py): acknowledged records lost, with partition and offset range.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import base64
 import json
 import os
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 DUMP_CHUNK_BYTES_MAX = 8 << 20
+PROGRESS_BYTES_MIN = 64 << 20  # smaller dumps finish before a bar is worth drawing
 
 
 def add_parser(subparsers: Any) -> None:
@@ -30,6 +38,29 @@ def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("dump-checkpoint", help="print a checkpoint file as JSON")
     p.add_argument("path", help="a leader-epoch or offset checkpoint file")
     p.set_defaults(func=run_dump_checkpoint)
+    p = subparsers.add_parser("truncations", help="list the committed records a broker's "
+                              "replicas lost (cuts below the high watermark)")
+    p.add_argument("data_dir", help="a broker's data dir")
+    p.set_defaults(func=run_truncations)
+
+
+def run_truncations(args: argparse.Namespace) -> int:
+    from .storage.truncations import read_truncations
+
+    if not os.path.isdir(args.data_dir):
+        print(f"epochlog truncations: {args.data_dir}: not a folder", file=sys.stderr)
+        return 1
+    try:
+        events = read_truncations(args.data_dir)
+    except (OSError, ValueError) as e:
+        print(f"epochlog truncations: {e}", file=sys.stderr)
+        return 1
+    for event in events:
+        print(json.dumps(event))
+    print(f"{len(events)} truncations of committed records, "
+          f"{sum(e['end_offset'] - e['start_offset'] for e in events)} "
+          "offsets", file=sys.stderr)
+    return 0
 
 
 def _text(value: bytes | None) -> str | None:
@@ -42,7 +73,8 @@ def _text(value: bytes | None) -> str | None:
 
 
 def _batch_line(buf: bytes, pos: int, position: int, with_records: bool) -> dict[str, Any]:
-    from protocol.batch import CorruptBatch, crc_valid, read_header
+    from epochlog.protocol.batch import CorruptBatch, crc_valid, read_header
+    from epochlog.protocol.compression import codec_name
 
     header = read_header(buf, pos)
     line: dict[str, Any] = {
@@ -51,9 +83,12 @@ def _batch_line(buf: bytes, pos: int, position: int, with_records: bool) -> dict
         "producer_epoch": header.producer_epoch, "base_sequence": header.base_sequence,
         "record_count": header.record_count, "crc_valid": crc_valid(buf, pos),
         "position": position, "size": header.size,
+        "compression": codec_name(header.compression),
+        "timestamp_type": "LogAppendTime" if header.timestamp_type else "CreateTime",
+        "max_timestamp": header.max_timestamp,
     }
     if with_records:
-        from protocol.records import decode_batch
+        from epochlog.protocol.records import decode_batch
         try:
             _, records = decode_batch(buf, pos)
             line["records"] = [{"offset": r.offset, "timestamp": r.timestamp,
@@ -65,9 +100,11 @@ def _batch_line(buf: bytes, pos: int, position: int, with_records: bool) -> dict
     return line
 
 
-def dump_segment(path: str, with_records: bool, out: Any) -> int:
-    """Print a segment's batches; 0 if every batch is whole with a valid CRC, else 1."""
-    from protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_header
+def dump_segment(path: str, with_records: bool, out: Any,
+                 advance: Callable[[int], None] = lambda _: None) -> int:
+    """Print a segment's batches; 0 if every batch is whole with a valid CRC, else 1.
+    advance(n) is told of every n bytes read."""
+    from epochlog.protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_header
 
     status = 0
     with open(path, "rb") as f:
@@ -100,6 +137,7 @@ def dump_segment(path: str, with_records: bool, out: Any) -> int:
                 out.write(json.dumps(line) + "\n")
                 pos += header.size
             position += pos
+            advance(pos)
     return status
 
 
@@ -110,15 +148,40 @@ def run_dump_log(args: argparse.Namespace) -> int:
     else:
         paths = [path]
     status = 0
-    for each in paths:
-        try:
-            status |= dump_segment(each, args.records, sys.stdout)
-        except BrokenPipeError:
-            raise
-        except OSError as e:
-            print(f"epochlog dump-log: {e}", file=sys.stderr)
-            status = 1
+    with _progress(paths) as advance:
+        for each in paths:
+            try:
+                status |= dump_segment(each, args.records, sys.stdout, advance)
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                print(f"epochlog dump-log: {e}", file=sys.stderr)
+                status = 1
     return status
+
+
+@contextmanager
+def _progress(paths: list[str]) -> Iterator[Callable[[int], None]]:
+    """A rich progress bar of bytes read, on stderr, for big dumps to a terminal."""
+    total = sum(os.path.getsize(p) for p in paths if os.path.isfile(p))
+    if total < PROGRESS_BYTES_MIN or not sys.stderr.isatty():
+        yield lambda _: None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    with Progress(TextColumn("dump-log"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                  TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+                  redirect_stdout=False, redirect_stderr=False) as bar:
+        task = bar.add_task("dump-log", total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 def run_dump_checkpoint(args: argparse.Namespace) -> int:
@@ -143,5 +206,5 @@ def run_dump_checkpoint(args: argparse.Namespace) -> int:
         return 1
     keys = ("epoch", "start_offset") if kind == "leader-epoch" else ("topic", "partition", "offset")
     print(json.dumps({"path": args.path, "version": 0, "kind": kind,
-                      "entries": [dict(zip(keys, e)) for e in entries]}))
+                      "entries": [dict(zip(keys, e, strict=True)) for e in entries]}))
     return 0

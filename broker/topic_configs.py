@@ -30,11 +30,11 @@ from typing import Any
 
 import msgspec
 
-from protocol.apis.describe_configs import (
+from epochlog.protocol.apis.describe_configs import (
     DescribeConfigsRequest,
     DescribeConfigsResource,
 )
-from protocol.error_codes import name_of
+from epochlog.protocol.error_codes import name_of
 
 from .storage import LogConfig, LogConfigError
 
@@ -42,6 +42,9 @@ log = logging.getLogger("epochlog.broker")
 
 DESCRIBE_CONFIGS_KEY = 32
 RESOURCE_TOPIC = 2  # Kafka's ConfigResource.Type.TOPIC
+# DYNAMIC_TOPIC_CONFIG, DYNAMIC_DEFAULT_BROKER_CONFIG and STATIC_BROKER_CONFIG: the topic's own
+# value, the cluster's dynamic default, the cluster's static default.
+DECIDED_SOURCES = frozenset({1, 3, 4})
 DESCRIBE_TRIES_MAX = 3
 DESCRIBE_TRY_MS_MAX = 2000
 DESCRIBE_BACKOFF_MS_MIN = 100
@@ -50,10 +53,20 @@ TOPICS_PER_REQUEST_MAX = 1000
 # Kafka's topic setting -> LogConfig field. The rest of LogConfig stays the broker's.
 LOG_SETTINGS = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes",
                 "segment.bytes": "segment_bytes", "segment.ms": "segment_ms",
+                "segment.index.bytes": "segment_index_bytes",
+                "index.interval.bytes": "index_interval_bytes",
+                "flush.messages": "flush_messages", "flush.ms": "flush_ms",
+                "max.message.bytes": "max_message_bytes",
                 "cleanup.policy": "cleanup_policy",
                 "min.cleanable.dirty.ratio": "min_cleanable_dirty_ratio",
                 "delete.retention.ms": "delete_retention_ms",
-                "min.compaction.lag.ms": "min_compaction_lag_ms"}
+                "min.compaction.lag.ms": "min_compaction_lag_ms",
+                "message.timestamp.type": "timestamp_type",
+                "compression.type": "compression_type",
+                "message.timestamp.before.max.ms": "timestamp_before_max_ms",
+                "message.timestamp.after.max.ms": "timestamp_after_max_ms"}
+# Kafka's deprecated single bound: both of the above, where they are not given themselves.
+TIMESTAMP_DIFFERENCE = "message.timestamp.difference.max.ms"
 MIN_INSYNC = "min.insync.replicas"
 MIN_INSYNC_DEFAULT = 1
 
@@ -70,6 +83,11 @@ class TopicSettings:
 def settings_from(defaults: LogConfig, described: Mapping[str, str | None]) -> TopicSettings:
     """The broker's defaults with the described values put in. Raises ValueError naming the
     setting for a value that is not an integer or that LogConfig refuses."""
+    described = dict(described)
+    difference = described.get(TIMESTAMP_DIFFERENCE)
+    for bound in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
+        if difference is not None and described.get(bound) is None:
+            described[bound] = difference
     changes = {field: _PARSERS.get(name, _integer)(name, described[name])
                for name, field in LOG_SETTINGS.items() if described.get(name) is not None}
     try:
@@ -100,7 +118,12 @@ def _policy(name: str, value: str | None) -> str:
     return ",".join(part.strip().lower() for part in (value or "").split(","))
 
 
-_PARSERS = {"cleanup.policy": _policy, "min.cleanable.dirty.ratio": _ratio}
+def _text(name: str, value: str | None) -> str:
+    return (value or "").strip()
+
+
+_PARSERS = {"cleanup.policy": _policy, "min.cleanable.dirty.ratio": _ratio,
+            "message.timestamp.type": _text, "compression.type": _text}
 
 
 class TopicConfigs:
@@ -165,9 +188,11 @@ class TopicConfigs:
 
 
 def _result(result: Any) -> Mapping[str, str | None] | str:
+    """The settings the controller decides: the topic's own and the cluster's defaults. Kafka's
+    defaults (DEFAULT_CONFIG) give way to this broker's own settings."""
     if result.error_code != 0:
         return f"{name_of(result.error_code)}: {result.error_message or ''}".rstrip(": ")
-    return {c.name: c.value for c in result.configs}
+    return {c.name: c.value for c in result.configs if c.config_source in DECIDED_SOURCES}
 
 
 def describe(settings: TopicSettings) -> str:

@@ -56,8 +56,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from crc32c import crc32c
 
-from protocol.batch import ATTRIBUTES_OFFSET, CRC_OFFSET
-from protocol.records import BatchBuilder, decode_batch
+from epochlog.protocol.batch import ATTRIBUTES_OFFSET, CRC_OFFSET
+from epochlog.protocol.records import BatchBuilder, decode_batch
 
 from .errors import MessageTooLargeError
 from .types import TopicPartition

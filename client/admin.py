@@ -29,33 +29,73 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal, NamedTuple, TypeVar
 
-from protocol.apis.create_partitions import (CreatePartitionsAssignment, CreatePartitionsRequest,
-                                             CreatePartitionsTopic)
-from protocol.apis.create_topics import (CreatableReplicaAssignment, CreatableTopic,
-                                         CreatableTopicConfig, CreateTopicsRequest)
-from protocol.apis.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from protocol.apis.describe_cluster import DescribeClusterRequest
-from protocol.apis.describe_configs import DescribeConfigsRequest, DescribeConfigsResource
-from protocol.apis.elect_leaders import ElectLeadersRequest, TopicPartitions
-from protocol.apis.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from protocol.apis.metadata import MetadataResponse
-from protocol.error_codes import ErrorCode
-from protocol.registry import APIS
-from protocol.schema import Message
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.alter_configs import (
+    AlterableConfig,
+    AlterConfigsRequest,
+    AlterConfigsResource,
+)
+from epochlog.protocol.apis.create_partitions import (
+    CreatePartitionsAssignment,
+    CreatePartitionsRequest,
+    CreatePartitionsTopic,
+)
+from epochlog.protocol.apis.create_topics import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from epochlog.protocol.apis.delete_records import (
+    DeleteRecordsPartition,
+    DeleteRecordsRequest,
+    DeleteRecordsTopic,
+)
+from epochlog.protocol.apis.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from epochlog.protocol.apis.describe_cluster import DescribeClusterRequest
+from epochlog.protocol.apis.describe_configs import DescribeConfigsRequest, DescribeConfigsResource
+from epochlog.protocol.apis.describe_log_dirs import DescribeLogDirsRequest
+from epochlog.protocol.apis.describe_topic_partitions import (
+    Cursor,
+    DescribeTopicPartitionsRequest,
+    TopicRequest,
+)
+from epochlog.protocol.apis.elect_leaders import ElectLeadersRequest, TopicPartitions
+from epochlog.protocol.apis.incremental_alter_configs import (
+    AlterableConfig as IncrementalConfig,
+)
+from epochlog.protocol.apis.incremental_alter_configs import (
+    AlterConfigsResource as IncrementalResource,
+)
+from epochlog.protocol.apis.incremental_alter_configs import IncrementalAlterConfigsRequest
+from epochlog.protocol.apis.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from epochlog.protocol.apis.metadata import MetadataResponse
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import Message
 
-from .cluster import ClusterClient
-from .errors import (KafkaConnectionError, KafkaError, KafkaTimeoutError,
-                     UnknownTopicOrPartitionError, error_for)
+from .admin_groups import GroupAdmin, GroupDescription, GroupListing
+from .cluster import Bootstrap, ClusterClient
+from .errors import (
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
 from .types import TopicPartition
 
 E = ErrorCode
 ATTEMPTS_MAX = 5
-_RETRY_LEADERSHIP = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH,
-                               E.UNKNOWN_LEADER_EPOCH, E.LEADER_NOT_AVAILABLE,
-                               E.UNKNOWN_TOPIC_OR_PARTITION, E.OFFSET_NOT_AVAILABLE})
+DESCRIBE_PAGES_MAX = 10_000  # DescribeTopicPartitions answers followed for one describe
 _OFFSET_SPECS = {"earliest": -2, "latest": -1, "max_timestamp": -3}
 _ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 _RESOURCE_TYPES = {"topic": 2, "broker": 4}
+_OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 
 T = TypeVar("T")
 OffsetSpec = Literal["earliest", "latest", "max_timestamp"] | int
@@ -97,6 +137,8 @@ class PartitionDescription:
     isr: list[int]
     offline_replicas: list[int]
     error: KafkaError | None = None
+    # KIP-966's eligible leader replicas: from describe_topic_partitions; None from Metadata
+    eligible_leader_replicas: list[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -112,6 +154,13 @@ class ListOffsetsResult(NamedTuple):
     leader_epoch: int
 
 
+class LogDirDescription(NamedTuple):
+    path: str
+    partition_bytes: dict[TopicPartition, int]
+    total_bytes: int
+    usable_bytes: int
+
+
 class ConfigResource(NamedTuple):
     resource_type: Literal["topic", "broker"]
     name: str
@@ -122,18 +171,27 @@ class ConfigEntry:
     name: str
     value: str | None
     read_only: bool
-    source: int
+    source: int  # Kafka's: 1 the topic's own, 4 the broker's (static), 5 the default
     is_sensitive: bool
+    synonyms: list[tuple[str, str | None, int]] = field(default_factory=list)  # (name, value,
+    # source), strongest first, with include_synonyms
+
+
+class AlterConfigOp(NamedTuple):
+    name: str
+    op: Literal["set", "delete", "append", "subtract"]
+    value: str | None = None
 
 
 class Admin:
-    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", *,
+    def __init__(self, bootstrap_servers: Bootstrap = "127.0.0.1:9092", *,
                  client_id: str = "epochlog-admin", request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = 100) -> None:
         self.cluster = ClusterClient(bootstrap_servers, client_id=client_id,
                                      request_timeout_ms=request_timeout_ms)
         self._timeout_ms = request_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
+        self._groups = GroupAdmin(self.cluster, self._backoff_s)
 
     async def start(self) -> None:
         await self.cluster.refresh([])
@@ -164,7 +222,7 @@ class Admin:
             configs=[CreatableTopicConfig(name=k, value=v) for k, v in t.topic_configs.items()])
             for t in new_topics], timeout_ms=self._op_timeout(timeout_ms),
             validate_only=validate_only)
-        answer = await self._controller_request(19, request)
+        answer = await self._controller_request(ApiKey.CREATE_TOPICS, request)
         results = {r.name: _error(r.error_code, f"create topic {r.name}", r.error_message)
                    for r in answer.topics}
         _results(results, raise_errors)
@@ -204,7 +262,7 @@ class Admin:
         request = DeleteTopicsRequest(topics=[DeleteTopicState(name=t) for t in topics],
                                       topic_names=list(topics),
                                       timeout_ms=self._op_timeout(timeout_ms))
-        answer = await self._controller_request(20, request)
+        answer = await self._controller_request(ApiKey.DELETE_TOPICS, request)
         results = {r.name or "": _error(r.error_code, f"delete topic {r.name}", r.error_message)
                    for r in answer.responses}
         _results(results, raise_errors)
@@ -232,7 +290,7 @@ class Admin:
                          for ids in chosen[name]] if name in chosen else None)
             for name, count in new_counts.items()], timeout_ms=self._op_timeout(timeout_ms),
             validate_only=validate_only)
-        answer = await self._controller_request(37, request)
+        answer = await self._controller_request(ApiKey.CREATE_PARTITIONS, request)
         results = {r.name: _error(r.error_code, f"create partitions of {r.name}", r.error_message)
                    for r in answer.results}
         _results(results, raise_errors)
@@ -265,13 +323,41 @@ class Admin:
                  for p in t.partitions), key=lambda d: d.partition), t.is_internal)
         return out
 
+    async def describe_topic_partitions(self, topics: Sequence[str] | None = None
+                                        ) -> dict[str, TopicDescription]:
+        """As describe_topics, through DescribeTopicPartitions (KIP-966): each partition also
+        carries its eligible leader replicas. Pages through the whole answer."""
+        out: dict[str, list[PartitionDescription]] = {}
+        cursor: Cursor | None = None
+        for _ in range(DESCRIBE_PAGES_MAX):
+            request = DescribeTopicPartitionsRequest(
+                topics=[TopicRequest(name=t) for t in topics or ()], cursor=cursor)
+            answer = await self._controller_request(ApiKey.DESCRIBE_TOPIC_PARTITIONS, request)
+            for t in answer.topics:
+                name = t.name or ""
+                if t.error_code:
+                    raise error_for(t.error_code, f"describe topic {name}")
+                out.setdefault(name, []).extend(
+                    PartitionDescription(p.partition_index, p.leader_id, p.leader_epoch,
+                                         list(p.replica_nodes), list(p.isr_nodes),
+                                         list(p.offline_replicas), None,
+                                         None if p.eligible_leader_replicas is None
+                                         else list(p.eligible_leader_replicas))
+                    for p in t.partitions)
+            cursor = answer.next_cursor
+            if cursor is None:
+                return {name: TopicDescription(name, sorted(parts, key=lambda d: d.partition))
+                        for name, parts in out.items()}
+        raise KafkaError(f"describe topic partitions: still paging after {DESCRIBE_PAGES_MAX} "
+                         "answers")
+
     # --------------------------------------------------------------------------- cluster
     async def describe_cluster(self) -> ClusterDescription:
         return await self._retrying(self._describe_cluster)
 
     async def _describe_cluster(self) -> ClusterDescription:
         conn = await self.cluster.any_connection()
-        if APIS[60].key in conn.server_versions:
+        if APIS[ApiKey.DESCRIBE_CLUSTER].key in conn.server_versions:
             answer = await self.cluster.request(conn, 60, DescribeClusterRequest())
             if answer.error_code:
                 raise error_for(answer.error_code, "describe cluster")
@@ -299,7 +385,7 @@ class Admin:
             topic_partitions=None if partitions is None else [
                 TopicPartitions(topic=t, partitions=ps) for t, ps in by_topic.items()],
             timeout_ms=self._op_timeout(timeout_ms))
-        answer = await self._controller_request(43, request)
+        answer = await self._controller_request(ApiKey.ELECT_LEADERS, request)
         if answer.error_code:
             raise error_for(answer.error_code, f"elect {election_type} leaders")
         results: dict[TopicPartition, KafkaError | None] = {}
@@ -311,27 +397,61 @@ class Admin:
         self.cluster.request_update()  # leaders moved
         return _results(results, raise_errors)
 
-    async def describe_configs(self, resources: Sequence[ConfigResource]
+    async def describe_configs(self, resources: Sequence[ConfigResource], *,
+                               include_synonyms: bool = False
                                ) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+        """Every setting of each resource, with its value in force and where it comes from.
+        A topic's go through any broker to the controller; a broker's are asked of that broker
+        (its id as the name), as Kafka requires; ConfigResource("broker", "") is the cluster's
+        dynamic defaults."""
         for r in resources:
             if r.resource_type not in _RESOURCE_TYPES:
                 raise ValueError(f"resource_type must be 'topic' or 'broker', not "
                                  f"{r.resource_type!r}")
-        request = DescribeConfigsRequest(resources=[DescribeConfigsResource(
-            resource_type=_RESOURCE_TYPES[r.resource_type], resource_name=r.name,
-            configuration_keys=None) for r in resources])
-        answer = await self._controller_request(32, request)
-        kinds = {v: k for k, v in _RESOURCE_TYPES.items()}
+            if r.resource_type == "broker" and not (r.name.isdigit() or r.name == ""):
+                raise ValueError(f"a broker resource is named by the broker's id (or empty for "
+                                 f"the cluster-wide defaults), not {r.name!r}")
         out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
-        for r in answer.results:
-            resource = ConfigResource(kinds.get(r.resource_type, "topic"),  # type: ignore[arg-type]
-                                      r.resource_name)
-            if r.error_code:
-                raise error_for(r.error_code, f"describe configs of {r.resource_name}"
-                                + (f" ({r.error_message})" if r.error_message else ""))
-            out[resource] = {c.name: ConfigEntry(c.name, c.value, c.read_only, c.config_source,
-                                                 c.is_sensitive) for c in r.configs}
-        return out
+        topics = [r for r in resources if r.resource_type == "topic" or r.name == ""]
+        if topics:
+            answer = await self._controller_request(ApiKey.DESCRIBE_CONFIGS,
+                                                    _describe_request(topics, include_synonyms))
+            out.update(_described(answer))
+        for r in resources:
+            if r.resource_type == "broker" and r.name:
+                answer = await self._retrying(self._at(
+                    int(r.name), ApiKey.DESCRIBE_CONFIGS, _describe_request([r], include_synonyms)))
+                out.update(_described(answer))
+        return {r: out[r] for r in resources}
+
+    async def alter_configs(self, configs: Mapping[ConfigResource, Mapping[str, str | None]], *,
+                            validate_only: bool = False) -> None:
+        """Replace each topic's own settings with these (None: back to the default), as
+        Kafka's (deprecated) alterConfigs. Brokers put changes into force within a few
+        seconds. Raises the first resource's error (InvalidConfigError naming the setting)."""
+        request = AlterConfigsRequest(validate_only=validate_only, resources=[
+            AlterConfigsResource(resource_type=_RESOURCE_TYPES[r.resource_type],
+                                 resource_name=r.name,
+                                 configs=[AlterableConfig(name=k, value=v) for k, v in c.items()])
+            for r, c in configs.items()])
+        answer = await self._controller_request(ApiKey.ALTER_CONFIGS, request)
+        for resp in answer.responses:
+            _raise_for(resp, "alter configs")
+
+    async def incremental_alter_configs(
+            self, changes: Mapping[ConfigResource, Sequence[AlterConfigOp]], *,
+            validate_only: bool = False) -> None:
+        """Change only the settings named: AlterConfigOp(name, "set", value), (name, "delete"),
+        and for list settings (name, "append", value) and (name, "subtract", value)."""
+        request = IncrementalAlterConfigsRequest(validate_only=validate_only, resources=[
+            IncrementalResource(
+                resource_type=_RESOURCE_TYPES[r.resource_type], resource_name=r.name,
+                configs=[IncrementalConfig(name=op.name, config_operation=_OPS[op.op],
+                                           value=op.value) for op in ops])
+            for r, ops in changes.items()])
+        answer = await self._controller_request(ApiKey.INCREMENTAL_ALTER_CONFIGS, request)
+        for resp in answer.responses:
+            _raise_for(resp, "alter configs")
 
     # --------------------------------------------------------------------------- offsets
     async def list_offsets(self, specs: Mapping[TopicPartition, OffsetSpec], *,
@@ -350,9 +470,9 @@ class Admin:
             for tp in wanted:
                 view = self.cluster.partitions.get((tp.topic, tp.partition))
                 if view is None:
-                    if self.cluster.topic_errors.get(tp.topic, 0) not in (0, E.LEADER_NOT_AVAILABLE):
-                        raise error_for(self.cluster.topic_errors[tp.topic],
-                                        f"list offsets of {tp.topic}-{tp.partition}")
+                    topic_error = self.cluster.topic_errors.get(tp.topic, 0)
+                    if topic_error not in (0, E.LEADER_NOT_AVAILABLE):
+                        raise error_for(topic_error, f"list offsets of {tp.topic}-{tp.partition}")
                     retry[tp] = UnknownTopicOrPartitionError(f"no metadata for {tp}")
                 elif view.leader < 0:
                     retry[tp] = error_for(E.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition}")
@@ -365,7 +485,7 @@ class Admin:
                 for tp, result in got.items():
                     if isinstance(result, ListOffsetsResult):
                         out[tp] = result
-                    elif result.retriable:
+                    elif result.retriable:  # client.retriable: all after a metadata refresh
                         retry[tp] = result
                     else:
                         raise result
@@ -376,6 +496,53 @@ class Admin:
                 raise next(iter(retry.values()))
             await asyncio.sleep(self._backoff_s * (attempt + 1))
             await self._refresh(sorted({tp.topic for tp in wanted}))
+        return out
+
+    async def delete_records(self, before: Mapping[TopicPartition, int], *,
+                             timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        """Make each partition's records below an offset unreadable (-1: below the high
+        watermark), as Kafka's deleteRecords: the low watermark per partition once every
+        in-sync replica moved its log start. Raises the first partition's error."""
+        await self._refresh(sorted({tp.topic for tp in before}))
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp in before:
+            view = self.cluster.partitions.get((tp.topic, tp.partition))
+            if view is None or view.leader < 0:
+                code = self.cluster.topic_errors.get(tp.topic) or E.UNKNOWN_TOPIC_OR_PARTITION
+                raise error_for(code, f"delete records of {tp.topic}-{tp.partition}")
+            by_leader.setdefault(view.leader, []).append(tp)
+        out: dict[TopicPartition, int] = {}
+        for node, tps in sorted(by_leader.items()):
+            topics: dict[str, list[DeleteRecordsPartition]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(DeleteRecordsPartition(
+                    partition_index=tp.partition, offset=before[tp]))
+            request = DeleteRecordsRequest(timeout_ms=self._op_timeout(timeout_ms), topics=[
+                DeleteRecordsTopic(name=t, partitions=ps) for t, ps in topics.items()])
+            answer = await self._retrying(self._at(node, ApiKey.DELETE_RECORDS, request))
+            for t in answer.topics:
+                for p in t.partitions:
+                    if p.error_code:
+                        raise error_for(p.error_code, f"delete records of {t.name}-"
+                                                      f"{p.partition_index} at broker {node}")
+                    out[TopicPartition(t.name, p.partition_index)] = p.low_watermark
+        return out
+
+    async def describe_log_dirs(self) -> dict[int, LogDirDescription]:
+        """Each broker's data dir: its path, the bytes of each partition it holds, and the disk's
+        total and usable bytes (-1 if the broker does not say)."""
+        await self._refresh([])
+        out: dict[int, LogDirDescription] = {}
+        for node in sorted(self.cluster.brokers):
+            answer = await self._retrying(self._at(node, ApiKey.DESCRIBE_LOG_DIRS,
+                                                   DescribeLogDirsRequest(topics=None)))
+            for d in answer.results:
+                if d.error_code:
+                    raise error_for(d.error_code, f"describe the log dir {d.log_dir} of broker "
+                                                  f"{node}")
+                out[node] = LogDirDescription(d.log_dir, {
+                    TopicPartition(t.name, p.partition_index): p.partition_size
+                    for t in d.topics for p in t.partitions}, d.total_bytes, d.usable_bytes)
         return out
 
     async def _list_offsets_at(self, node: int, tps: list[TopicPartition],
@@ -392,8 +559,8 @@ class Admin:
             topics=[ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
         out: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
         try:
-            answer = await self.cluster.request_broker(node, 2, request)
-        except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            answer = await self.cluster.request_broker(node, ApiKey.LIST_OFFSETS, request)
+        except (ConnectionError, OSError, TimeoutError) as exc:
             return {tp: KafkaConnectionError(f"list offsets at broker {node}: {exc}")
                     for tp in tps}
         for t in answer.topics:
@@ -406,14 +573,59 @@ class Admin:
                     out[tp] = ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch)
         return out
 
+    # --------------------------------------------------------------------------- groups
+    async def list_consumer_groups(self) -> list[GroupListing]:
+        """Every group of the cluster (each broker lists those it coordinates), by id."""
+        return await self._groups.list_groups()
+
+    async def describe_consumer_groups(self, group_ids: Sequence[str]
+                                       ) -> dict[str, GroupDescription]:
+        """State, protocol and members (with their assignments while Stable) of each group;
+        a group nobody knows is described as "Dead" with no members, as Kafka does."""
+        return await self._groups.describe_groups(group_ids)
+
+    async def delete_consumer_groups(self, group_ids: Sequence[str], *,
+                                     raise_errors: bool = True
+                                     ) -> dict[str, KafkaError | None]:
+        """Delete Empty groups and their committed offsets (GroupNotEmptyError while a group
+        has members, GroupIdNotFoundError for one that does not exist)."""
+        return _results(await self._groups.delete_groups(group_ids), raise_errors)
+
+    async def list_consumer_group_offsets(self, group_id: str,
+                                          partitions: Iterable[TopicPartition] | None = None
+                                          ) -> dict[TopicPartition, tuple[int, int]]:
+        """(offset, leader epoch) per partition with a committed offset; all of the group's
+        partitions when partitions is None."""
+        return await self._groups.list_offsets(group_id, partitions)
+
+    async def alter_consumer_group_offsets(
+            self, group_id: str, offsets: Mapping[TopicPartition, int | tuple[int, int]]
+    ) -> None:
+        """Commit offsets (or (offset, leader epoch) pairs) for a group with no live members:
+        how offsets are reset. A group with members refuses (UnknownMemberIdError)."""
+        await self._groups.alter_offsets(group_id, offsets)
+
+    async def delete_consumer_group_offsets(self, group_id: str,
+                                            partitions: Iterable[TopicPartition], *,
+                                            raise_errors: bool = True
+                                            ) -> dict[TopicPartition, KafkaError | None]:
+        """Remove committed offsets (GroupSubscribedToTopicError for a topic a live member
+        subscribes to)."""
+        return _results(await self._groups.delete_offsets(group_id, partitions), raise_errors)
+
     # --------------------------------------------------------------------------- helpers
+    def _at(self, node: int, key: int, request: Message) -> Callable[[], Awaitable[Any]]:
+        async def ask() -> Any:
+            return await self.cluster.request_broker(node, key, request)
+        return ask
+
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
         """call(), again on a fresh connection if the one it used broke (a broker restarted),
         at most ATTEMPTS_MAX times with backoff."""
         for attempt in range(ATTEMPTS_MAX):
             try:
                 return await call()
-            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            except (ConnectionError, OSError, TimeoutError) as exc:
                 if attempt == ATTEMPTS_MAX - 1:
                     raise KafkaConnectionError(f"no answer after {ATTEMPTS_MAX} attempts: "
                                                f"{exc}") from exc
@@ -438,6 +650,33 @@ class Admin:
             await self.cluster.refresh([])
             answer = await self.cluster.request_broker(self.cluster.controller_id, key, request)
         return answer
+
+
+def _describe_request(resources: Sequence[ConfigResource], synonyms: bool
+                      ) -> DescribeConfigsRequest:
+    return DescribeConfigsRequest(include_synonyms=synonyms, resources=[DescribeConfigsResource(
+        resource_type=_RESOURCE_TYPES[r.resource_type], resource_name=r.name,
+        configuration_keys=None) for r in resources])
+
+
+def _described(answer: Any) -> dict[ConfigResource, dict[str, ConfigEntry]]:
+    kinds = {v: k for k, v in _RESOURCE_TYPES.items()}
+    out: dict[ConfigResource, dict[str, ConfigEntry]] = {}
+    for r in answer.results:
+        resource = ConfigResource(kinds.get(r.resource_type, "topic"),  # type: ignore[arg-type]
+                                  r.resource_name)
+        _raise_for(r, "describe configs")
+        out[resource] = {c.name: ConfigEntry(c.name, c.value, c.read_only, c.config_source,
+                                             c.is_sensitive,
+                                             [(y.name, y.value, y.source) for y in c.synonyms])
+                         for c in r.configs}
+    return out
+
+
+def _raise_for(result: Any, what: str) -> None:
+    if result.error_code:
+        raise error_for(result.error_code, f"{what} of {result.resource_name}"
+                        + (f" ({result.error_message})" if result.error_message else ""))
 
 
 def _has_code(answer: Any, code: int) -> bool:

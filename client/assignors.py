@@ -31,8 +31,8 @@ import struct
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
-from client.consumer_protocol import Assignment, Subscription
-from client.types import TopicPartition
+from epochlog.client.consumer_protocol import Assignment, Subscription
+from epochlog.client.types import TopicPartition
 
 _INT32 = struct.Struct(">i")
 
@@ -45,7 +45,11 @@ class Assignor(Protocol):
     rebalance and withholds moving partitions for a round)."""
 
     def subscription(
-        self, topics: Iterable[str], owned: Iterable[TopicPartition], generation_id: int, rack_id: str | None
+        self,
+        topics: Iterable[str],
+        owned: Iterable[TopicPartition],
+        generation_id: int,
+        rack_id: str | None,
     ) -> Subscription: ...
 
     def assign(
@@ -59,7 +63,8 @@ def _java_order(s: str) -> bytes:
 
 
 def _member_key(member_id: str, sub: Subscription) -> tuple[int, bytes, bytes]:
-    """Java's MemberInfo order: static members first by group.instance.id, then the rest by member id."""
+    """Java's MemberInfo order: static members first by group.instance.id, then the rest by
+    member id."""
     if sub.group_instance_id is not None:
         return (0, _java_order(sub.group_instance_id), _java_order(member_id))
     return (1, _java_order(member_id), b"")
@@ -91,7 +96,11 @@ class _EagerAssignor:
     cooperative = False
 
     def subscription(
-        self, topics: Iterable[str], owned: Iterable[TopicPartition], generation_id: int, rack_id: str | None
+        self,
+        topics: Iterable[str],
+        owned: Iterable[TopicPartition],
+        generation_id: int,
+        rack_id: str | None,
     ) -> Subscription:
         return _plain_subscription(topics, owned, generation_id, rack_id)
 
@@ -116,7 +125,9 @@ class RangeAssignor(_EagerAssignor):
             start = 0
             for i, member in enumerate(members):
                 length = per_member + (1 if i < extra else 0)
-                result[member].extend(TopicPartition(topic, p) for p in range(start, start + length))
+                result[member].extend(
+                    TopicPartition(topic, p) for p in range(start, start + length)
+                )
                 start += length
         return _to_assignments(result)
 
@@ -151,7 +162,11 @@ class CooperativeStickyAssignor:
     cooperative = True
 
     def subscription(
-        self, topics: Iterable[str], owned: Iterable[TopicPartition], generation_id: int, rack_id: str | None
+        self,
+        topics: Iterable[str],
+        owned: Iterable[TopicPartition],
+        generation_id: int,
+        rack_id: str | None,
     ) -> Subscription:
         s = _plain_subscription(topics, owned, generation_id, rack_id)
         s.user_data = _INT32.pack(generation_id)
@@ -201,21 +216,27 @@ class _StickyPlan:
     unchanged and everyone owns what it was given, the plan returns the same assignment.
     """
 
-    def __init__(self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]) -> None:
+    def __init__(
+        self, partitions_per_topic: Mapping[str, int], subscriptions: Mapping[str, Subscription]
+    ) -> None:
         self.members = sorted(subscriptions)
         self.subscriptions = subscriptions
         self.counts = partitions_per_topic
         self.topics_of = {
-            m: {t for t in subscriptions[m].topics if t in partitions_per_topic} for m in self.members
+            m: {t for t in subscriptions[m].topics if t in partitions_per_topic}
+            for m in self.members
         }
         self.candidates: dict[str, list[str]] = {}
         for m in self.members:
             for topic in self.topics_of[m]:
                 self.candidates.setdefault(topic, []).append(m)
         self.all_partitions = [
-            TopicPartition(topic, p) for topic in sorted(self.candidates) for p in range(partitions_per_topic[topic])
+            TopicPartition(topic, p)
+            for topic in sorted(self.candidates)
+            for p in range(partitions_per_topic[topic])
         ]
-        # Every claim as sent, valid or not: what the members will go on consuming until they revoke.
+        # Every claim as sent, valid or not: what the members will go on consuming until they
+        # revoke.
         self.claimants: dict[TopicPartition, set[str]] = {}
         for m in self.members:
             for tp in subscriptions[m].owned_partitions:
@@ -274,7 +295,9 @@ class _StickyPlan:
         at a time, heaviest first: draining one member in a pass would over-drain it and refill it
         later with someone else's partition, a needless revocation."""
         for heavy in sorted(self.members, key=lambda m: (-len(self.assigned[m]), m)):
-            for tp in sorted(tp for tp in self.assigned[heavy] if not fresh_only or self._fresh(heavy, tp)):
+            for tp in sorted(
+                tp for tp in self.assigned[heavy] if not fresh_only or self._fresh(heavy, tp)
+            ):
                 light = self._least_loaded(tp.topic)
                 if len(self.assigned[heavy]) > len(self.assigned[light]) + 1:
                     self.assigned[heavy].discard(tp)

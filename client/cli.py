@@ -8,12 +8,15 @@
 
 Every tool takes --bootstrap-server (default 127.0.0.1:9092, what `epochlog cluster up` gives).
 Kafka errors are printed with their name and the tool exits 1. Produce sends each line as a
-record; lines are batched per partition (keyed lines by Java's murmur2, unkeyed in turn) and each
-batch is acknowledged before the tool exits. Consume reads every partition (or one) from the
+record as it is read (client/cli_produce.py). Consume reads every partition (or one) from the
 chosen offset and stops at the end unless --follow. With --group it is a member of that consumer
 group (client.Consumer with subscribe()): it reads the partitions the group assigns it from the
 group's committed offsets, auto-commits, and on SIGINT/SIGTERM, --max-messages or --timeout-ms
-commits what it printed and leaves the group.
+commits what it printed and leaves the group. Every wait is bounded: a cluster gone away ends it
+(exit 1, saying what it waited for) once the group's requests have failed with no answer for
+--timeout-ms (GROUP_UNREACHABLE_MS_DEFAULT without it); the commit and leave on the way out take
+at most CLOSE_MS_MAX. SIGINT or SIGTERM ends consume (and produce) with exit 130 (a second one at
+once, client/console.py); --max-messages draws a progress bar when stderr is a terminal.
 """
 
 from __future__ import annotations
@@ -21,31 +24,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections import defaultdict
 from typing import Any
 
-from protocol.apis.create_topics import CreatableTopic, CreatableTopicConfig, CreateTopicsRequest
-from protocol.apis.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
-from protocol.apis.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from protocol.compression import Compression
-from protocol.error_codes import ErrorCode
-from protocol.records import build_batch, iter_records
-from protocol.registry import APIS
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.create_topics import (
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from epochlog.protocol.apis.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from epochlog.protocol.apis.describe_topic_partitions import (
+    DescribeTopicPartitionsRequest,
+    TopicRequest,
+)
+from epochlog.protocol.error_codes import ErrorCode
 
-from .cluster import ClusterClient, PartitionView
+from . import cli_produce
+from .cli_read import read_assigned
+from .cluster import ClusterClient
+from .console import EXIT_INTERRUPTED, Interrupts, Progress, progress
 from .errors import KafkaError, error_for
-from .partitioner import RoundRobin, partition_for_key
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-BATCH_RECORDS_MAX = 10_000
 BATCH_BYTES_MAX = 1024 * 1024
+# consume --group: without --timeout-ms, give up after the group's requests failed with no
+# answer for this long (a cluster gone away), and bound the commit and leave on the way out
+GROUP_UNREACHABLE_MS_DEFAULT = 30_000
+CLOSE_MS_MAX = 10_000
+PAGES_MAX = 10_000  # DescribeTopicPartitions answers followed by `topics describe`
 FETCH_PARTITION_BYTES_MAX = 1024 * 1024
-PRODUCE_ATTEMPTS_MAX = 5
-RETRIABLE_LEADERSHIP = {ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.LEADER_NOT_AVAILABLE,
-                        ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.UNKNOWN_LEADER_EPOCH,
-                        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
 
 
 def add_parser(subparsers: Any) -> None:
@@ -67,14 +74,9 @@ def add_parser(subparsers: Any) -> None:
         p.set_defaults(func=lambda args: _run(_topics(args)))
 
     produce = subparsers.add_parser("produce", help="send stdin's lines as records")
-    produce.add_argument("topic")
-    produce.add_argument("--key-delimiter", help="split each line into key and value at this")
-    produce.add_argument("--partition", type=int, help="send every record to this partition")
-    produce.add_argument("--acks", choices=["0", "1", "all"], default="all")
-    produce.add_argument("--compression", choices=[c.name.lower() for c in Compression],
-                         default="none")
+    cli_produce.add_arguments(produce)
     _common(produce)
-    produce.set_defaults(func=lambda args: _run(_produce(args)))
+    produce.set_defaults(func=lambda args: _run(cli_produce.produce(args)))
 
     consume = subparsers.add_parser("consume", help="print a topic's records")
     consume.add_argument("topic")
@@ -114,6 +116,8 @@ def _run(coro: Any) -> int:
 
     try:
         return int(uvloop.run(coro))
+    except BrokenPipeError:
+        raise  # `| head` closed stdout: the command line ends quietly (epochlog.cli.main)
     except (KafkaError, ConnectionError, TimeoutError, ValueError) as exc:
         print(f"epochlog: {exc}", file=sys.stderr)
         return 1
@@ -136,14 +140,41 @@ async def _topics(args: argparse.Namespace) -> int:
         if args.action == "list":
             print("\n".join(names))
             return 0
-        for name in args.topic or names:
+        wanted = args.topic or names
+        for name in wanted:
             _check(cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
                    f"topic {name}")
+        elr = await _eligible_replicas(cluster, wanted)
+        for name in wanted:
             for v in cluster.partitions_of(name):
+                eligible = elr.get((name, v.partition))
                 print(f"{name}\tpartition {v.partition}\tleader {v.leader}\tepoch "
                       f"{v.leader_epoch}\treplicas {_ids(v.replicas)}\tisr {_ids(v.isr)}"
+                      + (f"\telr {_ids(tuple(eligible))}" if eligible else "")
                       + (f"\toffline {_ids(v.offline)}" if v.offline else ""))
         return 0
+
+
+async def _eligible_replicas(cluster: ClusterClient, topics: list[str]
+                             ) -> dict[tuple[str, int], list[int]]:
+    """(topic, partition) -> its eligible leader replicas (KIP-966), through
+    DescribeTopicPartitions; empty where the cluster does not serve it (a Kafka before 3.8)."""
+    out: dict[tuple[str, int], list[int]] = {}
+    if not topics:
+        return out
+    conn = await cluster.any_connection()
+    if ApiKey.DESCRIBE_TOPIC_PARTITIONS not in conn.server_versions:
+        return out
+    request = DescribeTopicPartitionsRequest(topics=[TopicRequest(name=t) for t in topics])
+    for _ in range(PAGES_MAX):
+        answer = await cluster.request(conn, ApiKey.DESCRIBE_TOPIC_PARTITIONS, request)
+        for t in answer.topics:
+            for p in t.partitions:
+                out[(t.name or "", p.partition_index)] = list(p.eligible_leader_replicas or [])
+        if answer.next_cursor is None:
+            break
+        request.cursor = answer.next_cursor
+    return out
 
 
 async def _create(cluster: ClusterClient, args: argparse.Namespace) -> int:
@@ -174,153 +205,114 @@ def _check(code: int, what: str) -> None:
         raise error_for(code, what)
 
 
-async def _produce(args: argparse.Namespace) -> int:
-    lines = sys.stdin.buffer.read().splitlines()
-    delimiter = args.key_delimiter.encode() if args.key_delimiter else None
-    acks = {"0": 0, "1": 1, "all": -1}[args.acks]
-    codec = Compression[args.compression.upper()]
-    async with ClusterClient(args.bootstrap_server) as cluster:
-        views = await cluster.wait_topic(args.topic, auto_create=True)
-        by_partition: dict[int, list[tuple[bytes | None, bytes, None, None]]] = defaultdict(list)
-        spread = RoundRobin()
-        for line in lines:
-            key, value = (line.split(delimiter, 1) + [b""])[:2] if delimiter else (None, line)
-            if args.partition is not None:
-                partition = args.partition
-            elif key is not None:
-                partition = partition_for_key(key, len(views))
-            else:
-                partition = spread.next([v.partition for v in views])
-            by_partition[partition].append((key, value, None, None))
-        for partition, records in sorted(by_partition.items()):
-            for start in range(0, len(records), BATCH_RECORDS_MAX):
-                batch = build_batch(records[start:start + BATCH_RECORDS_MAX], compression=codec)
-                await _send_batch(cluster, args.topic, partition, batch, acks)
-        print(f"produced {len(lines)} records to {args.topic}", file=sys.stderr)
-    return 0
-
-
-async def _send_batch(cluster: ClusterClient, topic: str, partition: int, batch: bytes,
-                      acks: int) -> None:
-    for attempt in range(PRODUCE_ATTEMPTS_MAX):
-        view = cluster.partitions[(topic, partition)]
-        request = ProduceRequest(acks=acks, timeout_ms=30_000, topic_data=[TopicProduceData(
-            topic, [PartitionProduceData(index=partition, records=batch,
-                                         current_leader_epoch=view.leader_epoch)])])
-        conn = await cluster.connection(view.leader)
-        answer = await conn.request(APIS[0], conn.version_for(APIS[0]), request,
-                                    expect_response=acks != 0)
-        if answer is None:
-            return
-        code = answer.responses[0].partition_responses[0].error_code
-        if code == 0:
-            return
-        if code not in RETRIABLE_LEADERSHIP or attempt == PRODUCE_ATTEMPTS_MAX - 1:
-            raise error_for(code, f"produce to {topic}-{partition}")
-        await asyncio.sleep(0.1 * (attempt + 1))
-        await cluster.wait_topic(topic)
-
-
 async def _consume(args: argparse.Namespace) -> int:
     if args.group is not None:
         return await group_consume(args)
     if args.group_instance_id is not None:
         raise ValueError("--group-instance-id needs --group")
-    out = sys.stdout.buffer
-    remaining = args.max_messages
-    async with ClusterClient(args.bootstrap_server) as cluster:
-        views = await cluster.wait_topic(args.topic)
-        if args.partition is not None:
-            views = [v for v in views if v.partition == args.partition]
-            if not views:
-                raise ValueError(f"{args.topic} has no partition {args.partition}")
-        positions = await _start_offsets(cluster, args, views)
-        while remaining != 0:
-            got_any, at_end = False, True
-            for view in views:
-                records, high_watermark = await _fetch(cluster, view, positions[view.partition],
-                                                       wait_ms=500 if args.follow else 0)
-                for record in records:
-                    if record.offset < positions[view.partition]:
-                        continue  # a batch starts before the position asked for
-                    _print(out, args, view.partition, record.offset, record.key,
-                           record.value)
-                    positions[view.partition] = record.offset + 1
-                    got_any = True
-                    remaining -= 1
-                    if remaining == 0:
-                        break
-                at_end = at_end and positions[view.partition] >= high_watermark
-                if remaining == 0:
-                    break
-            out.flush()
-            if at_end and not got_any and not args.follow:
-                break
-    return 0
+    if args.consumer_property:
+        raise ValueError("--consumer-property applies with --group")
+    return await read_assigned(args, _print)
 
 
 def _print(out: Any, args: argparse.Namespace, partition: int, offset: int,
            key: bytes | None, value: bytes | None) -> None:
+    # One write per record: a reader of a process killed mid-record never sees half a line
+    # (with PYTHONUNBUFFERED each write is a system call).
     delimiter = args.key_delimiter.encode()
+    line = bytearray()
     if args.print_offset:
-        out.write(b"%d%s%d%s" % (partition, delimiter, offset, delimiter))
+        line += b"%d%s%d%s" % (partition, delimiter, offset, delimiter)
     if args.print_key:
-        out.write((key or b"") + delimiter)
-    out.write((value or b"") + b"\n")
+        line += (key or b"") + delimiter
+    line += (value or b"") + b"\n"
+    out.write(line)
 
 
 async def group_consume(args: argparse.Namespace) -> int:
     """`epochlog consume TOPIC --group G`: a group member until --max-messages records, or
     --timeout-ms without one (or since its latest rebalance), or SIGINT/SIGTERM; it then
-    commits and leaves the group."""
+    commits and leaves the group, within CLOSE_MS_MAX. Every wait is bounded: a cluster gone
+    away (the group's requests failing with no answer for --timeout-ms, or
+    GROUP_UNREACHABLE_MS_DEFAULT without it) ends it with exit 1 and what it waited for; a first
+    Ctrl-C ends it within CLOSE_MS_MAX (exit 130), a second at once."""
     import inspect
     import logging
-    import signal
 
     from .consumer import Consumer
 
     if args.partition is not None or args.offset is not None:
         raise ValueError("--group takes its partitions from the group: not with --partition "
                          "or --offset")
-    out = sys.stdout.buffer
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    remaining = args.max_messages
-    idle_s = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
     strategies = [s.strip() for s in args.assignment_strategy.split(",") if s.strip()]
     settings = _consumer_properties(args.consumer_property)
-    unknown = sorted(set(settings) - set(inspect.signature(Consumer).parameters))
+    parameters = inspect.signature(Consumer).parameters
+    unknown = sorted(set(settings) - set(parameters))
     if unknown:
         raise ValueError(f"--consumer-property: Consumer has no setting {', '.join(unknown)}")
+    for name, value in settings.items():
+        default = parameters[name].default
+        if isinstance(default, (bool, int)) and type(value) is not type(default):
+            kind = "true or false" if isinstance(default, bool) else "an integer"
+            raise ValueError(f"--consumer-property {name}={value!r}: expected {kind}")
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    async with Consumer(args.bootstrap_server, group_id=args.group,
-                        group_instance_id=args.group_instance_id,
-                        partition_assignment_strategy=strategies,
-                        auto_offset_reset="earliest" if args.from_beginning else "latest",
-                        **{"client_id": "epochlog-console-consumer", **settings}) as consumer:
-        consumer.subscribe([args.topic])
-        # --timeout-ms counts from the last record or the last rebalance, whichever is later,
-        # and not before the first: a group's first join may wait out
-        # group_initial_rebalance_delay_ms (3 s, more as members keep arriving), and a member
-        # must not give up before it had partitions.
-        last_record, rebalances = loop.time(), 0
-        while remaining != 0 and not stop.is_set():
-            records = await consumer.poll(timeout_ms=200, max_records=(
-                remaining if remaining > 0 else None))
-            for record in records:
-                _print(out, args, record.partition, record.offset, record.key, record.value)
-            out.flush()
-            if records:
-                remaining -= len(records) if remaining > 0 else 0
-            now_rebalances = consumer.group_metadata()["rebalances"]
-            if records or now_rebalances != rebalances:
-                last_record, rebalances = loop.time(), now_rebalances
-            elif idle_s is not None and rebalances and loop.time() - last_record >= idle_s:
-                break
-    return 0  # closing committed the positions of what was printed (auto-commit), then left
+    unreachable_ms = args.timeout_ms if args.timeout_ms >= 0 else GROUP_UNREACHABLE_MS_DEFAULT
+    with Interrupts("committing what was printed and leaving the group") as interrupts:
+        consumer = Consumer(args.bootstrap_server, group_id=args.group,
+                            group_instance_id=args.group_instance_id,
+                            partition_assignment_strategy=strategies,
+                            auto_offset_reset="earliest" if args.from_beginning else "latest",
+                            **{"client_id": "epochlog-console-consumer", **settings})
+        try:
+            await consumer.start()
+            consumer.subscribe([args.topic])
+            total = args.max_messages if args.max_messages > 0 else None
+            with progress(f"consuming {args.topic}", total, unit="records") as bar:
+                gave_up = await _group_loop(consumer, args, interrupts.requested, bar,
+                                            unreachable_ms)
+        finally:
+            # closing commits the positions of what was printed (auto-commit), then leaves
+            await consumer.close(timeout_ms=min(CLOSE_MS_MAX, max(unreachable_ms, 1000)))
+    if gave_up is not None:
+        print(f"epochlog: {gave_up}", file=sys.stderr)
+        return 1
+    return EXIT_INTERRUPTED if interrupts.requested.is_set() else 0
+
+
+async def _group_loop(consumer: Any, args: argparse.Namespace, stop: asyncio.Event,
+                      bar: Progress, unreachable_ms: int) -> str | None:
+    """Poll and print until done; None, or why it gave up (the group unreachable)."""
+    out = sys.stdout.buffer
+    loop = asyncio.get_running_loop()
+    remaining = args.max_messages
+    idle_s = args.timeout_ms / 1000 if args.timeout_ms >= 0 else None
+    # --timeout-ms counts from the last record or the last rebalance, whichever is later, and
+    # not before the first: a group's first join may wait out group_initial_rebalance_delay_ms
+    # (3 s, more as members keep arriving), and a member must not give up before it had
+    # partitions.
+    last_record, rebalances = loop.time(), 0
+    while remaining != 0 and not stop.is_set():
+        records = await consumer.poll(timeout_ms=200, max_records=(
+            remaining if remaining > 0 else None))
+        for record in records:
+            _print(out, args, record.partition, record.offset, record.key, record.value)
+        out.flush()
+        bar.advance(len(records))
+        if records:
+            remaining -= len(records) if remaining > 0 else 0
+        group = consumer.group_metadata()
+        if group["unreachable_ms"] >= unreachable_ms:
+            return (f"group {args.group}: no answer from the cluster for "
+                    f"{group['unreachable_ms']} ms; waiting for {group['waiting_for']}")
+        if records or group["rebalances"] != rebalances:
+            last_record, rebalances = loop.time(), group["rebalances"]
+        elif idle_s is not None and rebalances and loop.time() - last_record >= idle_s:
+            if group["unreachable_ms"]:
+                return (f"group {args.group}: no record for {args.timeout_ms} ms, and no "
+                        f"answer from the cluster for {group['unreachable_ms']} ms")
+            break
+    return None
 
 
 def _consumer_properties(items: list[str]) -> dict[str, Any]:
@@ -345,32 +337,3 @@ def _consumer_properties(items: list[str]) -> dict[str, Any]:
     return settings
 
 
-async def _start_offsets(cluster: ClusterClient, args: argparse.Namespace,
-                         views: list[PartitionView]) -> dict[int, int]:
-    if args.offset is not None:
-        return {v.partition: args.offset for v in views}
-    timestamp = -2 if args.from_beginning else -1
-    positions = {}
-    for view in views:
-        request = ListOffsetsRequest(replica_id=-1, topics=[ListOffsetsTopic(args.topic, [
-            ListOffsetsPartition(view.partition, view.leader_epoch, timestamp)])])
-        answer = await cluster.request_broker(view.leader, 2, request)
-        result = answer.topics[0].partitions[0]
-        _check(result.error_code, f"list offsets of {args.topic}-{view.partition}")
-        positions[view.partition] = result.offset
-    return positions
-
-
-async def _fetch(cluster: ClusterClient, view: PartitionView, offset: int, wait_ms: int
-                 ) -> tuple[list[Any], int]:
-    request = FetchRequest(replica_id=-1, max_wait_ms=wait_ms, min_bytes=1,
-                           max_bytes=FETCH_PARTITION_BYTES_MAX, topics=[FetchTopic(view.topic, [
-                               FetchPartition(partition=view.partition,
-                                              current_leader_epoch=view.leader_epoch,
-                                              fetch_offset=offset,
-                                              partition_max_bytes=FETCH_PARTITION_BYTES_MAX)])])
-    answer = await cluster.request_broker(view.leader, 1, request)
-    data = answer.responses[0].partitions[0]
-    _check(data.error_code, f"fetch {view.topic}-{view.partition} at {offset}")
-    records = list(iter_records(data.records, allow_partial_tail=True)) if data.records else []
-    return records, data.high_watermark

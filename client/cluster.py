@@ -27,13 +27,14 @@ import asyncio
 import logging
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
-from protocol.error_codes import ErrorCode
-from protocol.registry import APIS
-from protocol.schema import Message
+from epochlog.protocol.apis.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import Message
 
 from .connection import Connection
 from .errors import error_for
@@ -72,18 +73,32 @@ class PartitionView:
     error_code: int
 
 
-def parse_bootstrap(bootstrap: str) -> list[tuple[str, int]]:
+Bootstrap = str | Sequence[str]
+
+
+def parse_bootstrap(bootstrap: Bootstrap) -> list[tuple[str, int]]:
+    """HOST:PORT items from a comma-separated string or a list of them (each may itself hold
+    commas), as Kafka's clients take `bootstrap_servers`. IPv6 hosts go in brackets."""
+    items = [bootstrap] if isinstance(bootstrap, str) else list(bootstrap)
+    if not all(isinstance(item, str) for item in items):
+        raise ValueError(f"bootstrap_servers must be a string or a list of strings, not "
+                         f"{bootstrap!r}")
     out = []
-    for item in bootstrap.split(","):
-        host, _, port = item.strip().rpartition(":")
-        if not host or not port.isdigit():
+    for item in (part.strip() for text in items for part in text.split(",")):
+        if not item:
+            continue
+        host, _, port = item.rpartition(":")
+        host = host.removeprefix("[").removesuffix("]")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"bootstrap server {item!r} is not HOST:PORT")
         out.append((host, int(port)))
+    if not out:
+        raise ValueError(f"bootstrap_servers names no server: {bootstrap!r}")
     return out
 
 
 class ClusterClient:
-    def __init__(self, bootstrap: str, *, client_id: str = "epochlog",
+    def __init__(self, bootstrap: Bootstrap, *, client_id: str = "epochlog",
                  request_timeout_ms: int = 30_000,
                  retry_backoff_ms: int = RETRY_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,

@@ -15,9 +15,10 @@ copied once by the kernel and by nobody else (a StreamReader copied them twice m
 buffer, then out of it). Once nothing refers to a large frame any more (no answer, no view of
 it: its reference count says so), its memory takes the next large answer, which spares a
 megabytes-large allocation, its zero-fill and page faults per Fetch. Answers are resolved from
-the protocol callback itself, with no reader task in between. A Fetch answer is decoded from a memoryview of its frame, so its record sets
-come out as views of that frame (the consumer makes its one copy; a follower writes them out
-as they are); every other answer is decoded from bytes, so its byte fields are plain bytes.
+the protocol callback itself, with no reader task in between. A Fetch answer is decoded from a
+memoryview of its frame, so its record sets come out as views of that frame (the consumer makes its
+one copy; a follower writes them out as they are); every other answer is decoded from bytes, so its
+byte fields are plain bytes.
 Writing: header and body leave in one writelines call (no concatenation of a large Produce
 body), and a sender waits while the transport's buffer is above its high-water mark.
 
@@ -39,14 +40,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.api import Api
-from protocol.apis.api_versions import ApiVersionsRequest
-from protocol.error_codes import ErrorCode
-from protocol.errors import DecodeError, ProtocolError
-from protocol.frames import SCRATCH_BYTES, FrameReceiver
-from protocol.headers import RequestHeader, decode_response_header
-from protocol.registry import APIS
-from protocol.schema import Message
+from epochlog.protocol.api import Api
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.api_versions import ApiVersionsRequest
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.errors import DecodeError, ProtocolError
+from epochlog.protocol.frames import SCRATCH_BYTES, FrameReceiver
+from epochlog.protocol.headers import RequestHeader, decode_response_header
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import Message
 
 log = logging.getLogger("epochlog.connection")
 
@@ -195,7 +197,7 @@ class Connection:
         """ApiVersions at our highest version; a server that does not know it answers with
         UNSUPPORTED_VERSION and its ranges in a v0 body (KIP-511), and we ask again at the best
         version it has."""
-        api = APIS[18]
+        api = APIS[ApiKey.API_VERSIONS]
         request = ApiVersionsRequest(client_software_name=CLIENT_SOFTWARE_NAME,
                                      client_software_version=CLIENT_SOFTWARE_VERSION)
         answer = await self.request(api, api.max_version, request)

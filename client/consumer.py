@@ -36,8 +36,9 @@ Fetched data is buffered raw (per partition answer, a view of the answer's frame
 connection received it, with the batch positions found by reading headers only); poll() copies
 and decodes batch by batch (CRC checked; client.fast_records, else
 protocol.records.decode_batch) and turns records into ConsumerRecord, so only what the
-application asks for is decoded and the buffer's size in memory is its wire size. A record's leader_epoch is its batch's
-partition_leader_epoch, and the position carries the epoch of the last record returned.
+application asks for is decoded and the buffer's size in memory is its wire size. A record's
+leader_epoch is its batch's partition_leader_epoch, and the position carries the epoch of the last
+record returned.
 
 Errors that the user must see (LogTruncationError with auto_offset_reset="none",
 OffsetOutOfRangeError, NoOffsetForPartitionError) are raised from poll(), and again on every
@@ -54,23 +55,24 @@ import asyncio
 import collections
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from typing import Any, Literal, TypeVar
 
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
-from protocol.apis.list_offsets import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchResponse, FetchTopic
+from epochlog.protocol.apis.list_offsets import (
     ListOffsetsPartition,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListOffsetsTopic,
 )
-from protocol.apis.offset_for_leader_epoch import (
+from epochlog.protocol.apis.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
     OffsetForLeaderPartition,
     OffsetForLeaderTopic,
 )
-from protocol.batch import (
+from epochlog.protocol.batch import (
     BATCH_HEADER_BYTES,
     COMPRESSION_MASK,
     CONTROL_MASK,
@@ -80,23 +82,26 @@ from protocol.batch import (
     check,
     iter_headers,
 )
-from protocol.compression import decompress
-from protocol.errors import DecodeError
-from protocol.records import decode_batch
-from protocol.registry import APIS
+from epochlog.protocol.compression import decompress
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.errors import DecodeError
+from epochlog.protocol.records import decode_batch
+from epochlog.protocol.registry import APIS
 
 from . import fetcher
-from .cluster import ClusterClient, NodeNotReady
+from .cluster import Bootstrap, ClusterClient, NodeNotReady
 from .connection import NoCommonVersion
-from .errors import KafkaError, LogTruncationError, OffsetOutOfRangeError
+from .errors import CorruptMessageError, KafkaError, LogTruncationError, OffsetOutOfRangeError
 from .fast_records import decode_uniform
 from .fetcher import EARLIEST, LATEST, NO_EPOCH, NONE, PartitionState, State
 from .group import GroupMember, RebalanceListener
-from .types import ConsumerRecord, TopicPartition
+from .types import ConsumerRecord, FetchedBatch, TopicPartition
 
 log = logging.getLogger("epochlog.consumer")
+_T = TypeVar("_T")
 
-FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = APIS[1], APIS[2], APIS[23]
+FETCH, LIST_OFFSETS, OFFSET_FOR_LEADER_EPOCH = (APIS[ApiKey.FETCH], APIS[ApiKey.LIST_OFFSETS],
+                                                APIS[ApiKey.OFFSET_FOR_LEADER_EPOCH])
 FETCH_EPOCH_VERSION_MIN = 9  # CurrentLeaderEpoch in Fetch (KIP-320)
 VALIDATE_VERSION_MIN = 2  # CurrentLeaderEpoch in OffsetForLeaderEpoch (KIP-320)
 CONSUMER_REPLICA_ID = -1
@@ -150,7 +155,7 @@ class _Completed:
 
 
 class Consumer:
-    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", *,
+    def __init__(self, bootstrap_servers: Bootstrap = "127.0.0.1:9092", *,
                  client_id: str = "epochlog-consumer",
                  group_id: str | None = None,
                  auto_offset_reset: str = LATEST,
@@ -206,7 +211,7 @@ class Consumer:
         self.max_poll_records = max_poll_records
         self.prefetch_max_bytes = prefetch_max_bytes
         self.isolation_level = ISOLATION_LEVELS[isolation_level]
-        self.check_crcs = check_crcs  # CRCs are always checked: crc32c costs little (see README)
+        self.check_crcs = check_crcs
         self.retry_backoff_ms = retry_backoff_ms
         self.metadata_max_age_ms = metadata_max_age_ms
         self.counters = fetcher.ConsumerCounters()
@@ -218,6 +223,9 @@ class Consumer:
                                       metadata_max_age_ms=metadata_max_age_ms)
         self._states: dict[TopicPartition, PartitionState] = {}
         self._errors: dict[TopicPartition, tuple[str, int, int]] = {}
+        # A corrupt batch found while decoding: raised by the next poll(), once (as Java's
+        # consumer does); the position stays on the batch, so the poll after fetches it again.
+        self._corrupt: dict[TopicPartition, str] = {}
         self._buffer: collections.deque[_Completed] = collections.deque()
         self._buffered_bytes = 0
         self._fetching: set[int] = set()  # brokers with a fetch in flight
@@ -235,7 +243,8 @@ class Consumer:
         self._group: GroupMember | None = None
         if group_id is not None:
             self._group = GroupMember(
-                self._cluster, self, group_id=group_id, group_instance_id=group_instance_id,
+                self._cluster, _GroupSide(self), group_id=group_id,
+                group_instance_id=group_instance_id,
                 session_timeout_ms=session_timeout_ms,
                 heartbeat_interval_ms=heartbeat_interval_ms,
                 max_poll_interval_ms=max_poll_interval_ms,
@@ -258,12 +267,14 @@ class Consumer:
         await self._cluster.refresh([])
         self._ensure_driver()
 
-    async def close(self) -> None:
-        """Stop all requests and close the connections. Idempotent."""
+    async def close(self, timeout_ms: int | None = None) -> None:
+        """Stop all requests and close the connections. Idempotent. With a group, commits
+        (auto-commit) and leaves first: each step bounded by request_timeout_ms, and the
+        whole by timeout_ms if given."""
         if self._closed:
             return
         if self._group is not None:
-            await self._group.close()  # commits positions first (auto-commit), then leaves
+            await self._group.close(timeout_ms)
         self._closed = True  # the driver stops at its next turn and spawns nothing more
         driver, self._driver = self._driver, None
         if driver is not None:
@@ -389,16 +400,6 @@ class Consumer:
             raise KafkaError(f"{what} needs a group_id")
         return self._group
 
-    def _group_assign(self, partitions: set[TopicPartition],
-                      committed: Mapping[TopicPartition, tuple[int, int]]) -> None:
-        """The group's assignment: partitions kept keep their position; new ones start from
-        their committed (offset, epoch), validated (KIP-320), else from auto_offset_reset."""
-        known = set(self._states)
-        self._assign(partitions)
-        for tp, (offset, epoch) in committed.items():
-            if tp in partitions and tp not in known:
-                self.seek(tp, offset, epoch if epoch >= 0 else None)
-
     def consumed(self) -> dict[TopicPartition, tuple[int, int]]:
         """Positions as of the latest poll()'s start: after the records the application had
         been handed before it polled again, hence processed (what auto-commit commits)."""
@@ -471,7 +472,8 @@ class Consumer:
                 "fenced_leader_epoch": c.fenced_leader_epoch,
                 "unknown_leader_epoch": c.unknown_leader_epoch,
                 "truncations_detected": c.truncations_detected, "offset_resets": c.offset_resets,
-                "validations": c.validations, "read_replica": dict(c.read_replica),
+                "validations": c.validations, "corrupt_batches": c.corrupt_batches,
+                "read_replica": dict(c.read_replica),
                 "buffered_bytes": self._buffered_bytes}
 
     def _state(self, tp: TopicPartition) -> PartitionState:
@@ -482,6 +484,7 @@ class Consumer:
 
     def _moved(self, st: PartitionState) -> None:
         self._errors.pop(st.tp, None)
+        self._corrupt.pop(st.tp, None)
         self._awaiting_committed.discard(st.tp)  # the user chose a position
         self._drop_buffered(lambda c: c.st is st)
         self._wake.set()
@@ -498,8 +501,24 @@ class Consumer:
         """Records fetched since the last poll, at most max_records (default max_poll_records),
         waiting up to timeout_ms for some. Raises LogTruncationError, OffsetOutOfRangeError or
         NoOffsetForPartitionError for partitions the user must seek (until they are seeked)."""
-        self._ensure_driver()
         limit = self.max_poll_records if max_records is None else max_records
+        return await self._poll(lambda: self._drain(limit), timeout_ms)
+
+    async def poll_batches(self, timeout_ms: int = 0, max_bytes: int | None = None
+                           ) -> list[FetchedBatch]:
+        """Whole record batches fetched since the last poll, CRC-checked and decompressed but
+        not decoded (see FetchedBatch), about max_bytes of records at most (default
+        max_partition_fetch_bytes; always at least one batch), waiting up to timeout_ms for
+        some. For readers that decode records in bulk (epochlog.pipeline builds Arrow columns
+        from them); the position moves past each batch handed out, so next_offsets() and
+        seek() work as with poll(), and so do its errors. Control batches are stepped over."""
+        limit = self.max_partition_fetch_bytes if max_bytes is None else max_bytes
+        if limit < 1:
+            raise ValueError(f"max_bytes must be at least 1, not {limit}")
+        return await self._poll(lambda: self._drain_batches(limit), timeout_ms)
+
+    async def _poll(self, drain: Callable[[], list[_T]], timeout_ms: int) -> list[_T]:
+        self._ensure_driver()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_ms / 1000
         group = self._group
@@ -509,7 +528,7 @@ class Consumer:
             if group is not None:
                 await group.poll_hook(deadline)
             self._raise_errors()
-            records = self._drain(limit)
+            records = drain()
             if records:
                 return records
             remaining = deadline - loop.time()
@@ -534,6 +553,9 @@ class Consumer:
     def _raise_errors(self) -> None:
         if self._fatal is not None:
             raise KafkaError(f"the consumer's driver failed: {self._fatal!r}") from self._fatal
+        if self._corrupt:
+            corrupt, self._corrupt = self._corrupt, {}
+            raise CorruptMessageError("; ".join(corrupt[tp] for tp in sorted(corrupt)))
         if not self._errors:
             return
         truncated = {tp: (offset, epoch) for tp, (kind, offset, epoch) in self._errors.items()
@@ -569,6 +591,67 @@ class Consumer:
             self._wake.set()  # the buffer shrank: the driver may prefetch again
         return out
 
+    def _drain_batches(self, max_bytes: int) -> list[FetchedBatch]:
+        out: list[FetchedBatch] = []
+        size = 0
+        buffer = self._buffer
+        while buffer and size < max_bytes:
+            c = buffer[0]
+            st = c.st
+            if c.generation != st.generation or self._states.get(st.tp) is not st:
+                buffer.popleft()
+                self._buffered_bytes -= len(c.data)
+                continue
+            if c.taken < len(c.records):
+                # poll() decoded this batch and handed out part of it: the rest goes out raw,
+                # from the position on (FetchedBatch.first_offset)
+                c.records, c.taken = [], 0
+                c.index -= 1
+            if c.index < len(c.batches):
+                pos, header = c.batches[c.index]
+                c.index += 1
+                batch = self._fetched_batch(c, pos, header)
+                if batch is False:  # corrupt: the next poll raises (see _corrupt_batch)
+                    break
+                if batch is not None:
+                    out.append(batch)
+                    size += len(batch.records)
+                    self.counters.records_received += batch.next_offset - batch.first_offset
+                if header.next_offset > st.position:
+                    st.position = header.next_offset
+                    st.position_epoch = header.partition_leader_epoch
+            if c.index >= len(c.batches):
+                buffer.popleft()
+                self._buffered_bytes -= len(c.data)
+        if out:
+            self._wake.set()  # the buffer shrank: the driver may prefetch again
+        return out
+
+    def _fetched_batch(self, c: _Completed, pos: int, header: BatchHeader
+                       ) -> FetchedBatch | None | Literal[False]:
+        """The batch at pos, checked and decompressed; None for a control batch or one wholly
+        before the position, False if it is corrupt."""
+        st = c.st
+        if header.attributes & CONTROL_MASK or header.next_offset <= st.position:
+            return None
+        data = c.data
+        if type(data) is not bytes:
+            data, pos = bytes(data[pos:pos + header.size]), 0  # this batch's one copy
+        try:
+            if self.check_crcs:
+                check(data, pos)
+            codec = header.attributes & COMPRESSION_MASK
+            view = memoryview(data)[pos + BATCH_HEADER_BYTES:pos + header.size]
+            records: bytes | memoryview = decompress(codec, view) if codec else view
+        except CorruptBatch as exc:
+            self._corrupt_batch(c, header, exc)
+            return False
+        return FetchedBatch(
+            st.tp.topic, st.tp.partition, header.base_offset, header.next_offset,
+            max(header.base_offset, st.position), header.partition_leader_epoch,
+            1 if header.attributes & TIMESTAMP_TYPE_MASK else 0, header.base_timestamp,
+            header.max_timestamp, header.record_count, records)
+
     def _take(self, c: _Completed, out: list[ConsumerRecord], limit: int) -> None:
         """Move records of c into out, decoding batches as needed, advancing the position."""
         st = c.st
@@ -586,7 +669,10 @@ class Consumer:
                 return
             pos, header = c.batches[c.index]
             c.index += 1
-            c.records = self._decode(c, pos, header)
+            records = self._decode(c, pos, header)
+            if records is None:  # corrupt: the position stays on it (see _corrupt_batch)
+                return
+            c.records = records
             c.taken = 0
             c.epoch = header.partition_leader_epoch
             c.batch_next = header.next_offset
@@ -595,7 +681,9 @@ class Consumer:
                 st.position = header.next_offset
                 st.position_epoch = header.partition_leader_epoch
 
-    def _decode(self, c: _Completed, pos: int, header: BatchHeader) -> list[ConsumerRecord]:
+    def _decode(self, c: _Completed, pos: int, header: BatchHeader
+                ) -> list[ConsumerRecord] | None:
+        """The batch's records from the position on; None if the batch is corrupt."""
         st = c.st
         if header.attributes & CONTROL_MASK or header.next_offset <= st.position:
             return []
@@ -606,7 +694,8 @@ class Consumer:
             # it is decoded (while it is in the cache), from the frame it arrived in.
             data, pos = bytes(data[pos:pos + header.size]), 0
         try:
-            check(data, pos)  # CRC, before either decoder trusts a byte
+            if self.check_crcs:
+                check(data, pos)  # CRC, before either decoder trusts a byte
             codec = header.attributes & COMPRESSION_MASK
             if codec:
                 payload = decompress(codec, memoryview(data)[pos + BATCH_HEADER_BYTES:
@@ -619,17 +708,13 @@ class Consumer:
                 if header.base_offset < st.position:
                     return fast[st.position - header.base_offset:]
                 return fast
-            _, records = decode_batch(data, pos)
+            _, records = decode_batch(data, pos, verify_crc=self.check_crcs)
         except CorruptBatch as exc:
-            # The bytes are bad on the wire or on the broker: drop the rest of this answer and
-            # fetch again from the position (a corrupt batch on disk keeps failing, loudly).
-            log.warning("%s-%d: corrupt batch at offset %d: %s; fetching again", st.tp.topic,
-                        st.tp.partition, header.base_offset, exc)
-            c.index = len(c.batches)
-            st.fetch_offset = st.position
-            st.generation += 1
-            st.not_before = fetcher.monotonic() + self.retry_backoff_ms / 1000
-            return []
+            # The bytes are bad on the wire or on the broker. As Java's consumer (check.crcs):
+            # the records before it were handed out, the next poll() raises, and the position
+            # stays on the batch so a later poll() fetches it again (or the user seeks past).
+            self._corrupt_batch(c, header, exc)
+            return None
         epoch = header.partition_leader_epoch
         ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
         cr = ConsumerRecord
@@ -639,6 +724,19 @@ class Consumer:
                        r.headers, epoch) for r in records if r.offset >= position]
         return [cr(topic, partition, r.offset, r.timestamp, ts_type, r.key, r.value, r.headers,
                    epoch) for r in records]
+
+    def _corrupt_batch(self, c: _Completed, header: BatchHeader, exc: CorruptBatch) -> None:
+        st = c.st
+        what = (f"{st.tp.topic}-{st.tp.partition}: the record batch at offset "
+                f"{header.base_offset} is corrupt ({exc}); poll() again to fetch it again, or "
+                f"seek past offset {header.last_offset} to skip it")
+        log.warning("%s", what)
+        self.counters.corrupt_batches += 1
+        self._corrupt[st.tp] = what
+        c.index = len(c.batches)
+        st.moved(State.FETCH)  # fetch again from the position; what is in flight is stale
+        st.not_before = fetcher.monotonic() + self.retry_backoff_ms / 1000
+        self._data.set()
 
     # ------------------------------------------------------------------ the driver
     async def _drive(self) -> None:
@@ -668,7 +766,11 @@ class Consumer:
     async def _turn(self) -> None:
         if not self._states:
             return
-        if any(st.awaiting_metadata_epoch != NO_EPOCH for st in self._states.values()):
+        # A partition waiting for newer metadata, or with no leader (metadata showed it offline,
+        # e.g. between a dead leader's fencing and the next election): ask again, else nothing
+        # would until metadata_max_age_ms and the partition would sit unread that long.
+        if any(st.awaiting_metadata_epoch != NO_EPOCH or st.leader < 0
+               for st in self._states.values()):
             self._cluster.request_update()  # served once per retry_backoff_ms
         try:
             topics = sorted({tp.topic for tp in self._states})
@@ -765,7 +867,8 @@ class Consumer:
                                      topics=[ListOffsetsTopic(name=t, partitions=ps)
                                              for t, ps in topics.items()])
         try:
-            answer: ListOffsetsResponse = await self._cluster.request_broker(node, 2, request)
+            answer: ListOffsetsResponse = await self._cluster.request_broker(
+                node, ApiKey.LIST_OFFSETS, request)
         except NETWORK_ERRORS as exc:
             self._network_failed(node, sts, sent, exc)
             return
@@ -889,7 +992,7 @@ class Consumer:
                                        for t, ps in topics.items()])
         try:
             self.counters.fetch_requests += 1
-            answer: FetchResponse = await self._cluster.request_broker(node, 1, request)
+            answer: FetchResponse = await self._cluster.request_broker(node, ApiKey.FETCH, request)
         except NETWORK_ERRORS as exc:
             self._network_failed(node, sts, sent, exc)
             return
@@ -997,7 +1100,37 @@ class Consumer:
                 self._backoff(st, fetcher.Action(refresh_metadata=True, backoff=True))
 
     def _count_epoch_error(self, code: int) -> None:
-        if code == 74:
+        if code == ErrorCode.FENCED_LEADER_EPOCH:
             self.counters.fenced_leader_epoch += 1
-        elif code == 75:
+        elif code == ErrorCode.UNKNOWN_LEADER_EPOCH:
             self.counters.unknown_leader_epoch += 1
+
+
+class _GroupSide:
+    """The part of a Consumer its group member may use (client.group.GroupConsumer): the
+    member never reaches into the consumer itself."""
+
+    def __init__(self, consumer: Consumer) -> None:
+        self._consumer = consumer
+
+    def group_assign(self, partitions: set[TopicPartition]) -> None:
+        self._consumer._assign(partitions, from_committed=True)
+
+    def assignment(self) -> set[TopicPartition]:
+        return self._consumer.assignment()
+
+    def consumed(self) -> dict[TopicPartition, tuple[int, int]]:
+        return self._consumer.consumed()
+
+    def next_offsets(self) -> dict[TopicPartition, tuple[int, int]]:
+        return self._consumer.next_offsets()
+
+    def awaiting_committed(self) -> set[TopicPartition]:
+        return set(self._consumer._awaiting_committed)
+
+    def start_positions(self, committed: Mapping[TopicPartition, tuple[int, int] | None]
+                        ) -> None:
+        self._consumer._start_positions(committed)
+
+    def wake(self) -> None:
+        self._consumer._data.set()

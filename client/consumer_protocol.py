@@ -1,4 +1,5 @@
-"""Kafka's "consumer" embedded protocol: the bytes inside JoinGroup metadata and SyncGroup assignments.
+"""Kafka's "consumer" embedded protocol: the bytes inside JoinGroup metadata and SyncGroup
+assignments.
 
 Theory of operation
 -------------------
@@ -13,7 +14,8 @@ little non-flexible structures (no tagged fields, int16 string lengths, int32 ar
       v3: + rack_id nullable string
 
     ConsumerProtocolAssignment (SyncGroup assignment), the same layout in every version 0..3:
-      version int16, assigned_partitions [topic string, partitions [int32]], user_data nullable bytes
+      version int16, assigned_partitions [topic string, partitions [int32]],
+      user_data nullable bytes
 
 New versions only ever append fields, and Kafka's rule for a reader meeting a version newer than it
 knows is to read the fields it knows and ignore the rest; we do the same. Malformed bytes raise
@@ -31,7 +33,7 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from client.types import TopicPartition
+from epochlog.client.types import TopicPartition
 
 SUBSCRIPTION_VERSION = 3
 """The subscription version we write. Every consumer we interoperate with reads it: Java and
@@ -42,7 +44,8 @@ ASSIGNMENT_VERSION = 0
 """The assignment version we write. The layout is identical in v0..v3 (versions 1..3 were bumped
 only to track the subscription), so v0 loses nothing, and it is what librdkafka itself writes and
 the one version every decoder accepts: aiokafka and old kafka-python only know the v0 schema (they
-read it whatever the version says), and a reader that refused unknown versions would still take v0."""
+read it whatever the version says), and a reader that refused unknown versions would still take
+v0."""
 
 _INT16 = struct.Struct(">h")
 _INT32 = struct.Struct(">i")
@@ -73,7 +76,7 @@ class Assignment:
     user_data: bytes | None = None
 
 
-# --- writing ---------------------------------------------------------------------------------------
+# --- writing --------------------------------------------------------------------------------------
 
 
 def _string(out: bytearray, value: str, what: str) -> None:
@@ -117,7 +120,10 @@ def encode_subscription(s: Subscription, version: int = SUBSCRIPTION_VERSION) ->
     """The JoinGroup protocol metadata for `s`, in `version` (0..3). Fields the version lacks are
     dropped, as Kafka's generated code does for ignorable fields."""
     if not 0 <= version <= SUBSCRIPTION_VERSION:
-        raise ValueError(f"cannot write consumer subscription version {version}; we write 0..{SUBSCRIPTION_VERSION}")
+        raise ValueError(
+            f"cannot write consumer subscription version {version}; we write "
+            f"0..{SUBSCRIPTION_VERSION}"
+        )
     out = bytearray(_INT16.pack(version))
     out += _INT32.pack(len(s.topics))
     for topic in s.topics:
@@ -135,14 +141,16 @@ def encode_subscription(s: Subscription, version: int = SUBSCRIPTION_VERSION) ->
 def encode_assignment(a: Assignment, version: int = ASSIGNMENT_VERSION) -> bytes:
     """The SyncGroup assignment bytes for `a` (every version 0..3 has the same layout)."""
     if not 0 <= version <= 3:
-        raise ValueError(f"cannot write consumer assignment version {version}; the known versions are 0..3")
+        raise ValueError(
+            f"cannot write consumer assignment version {version}; the known versions are 0..3"
+        )
     out = bytearray(_INT16.pack(version))
     _topic_partitions(out, a.partitions, "assigned partition")
     _nullable_bytes(out, a.user_data)
     return bytes(out)
 
 
-# --- reading ---------------------------------------------------------------------------------------
+# --- reading --------------------------------------------------------------------------------------
 
 
 class _Reader:
@@ -157,8 +165,8 @@ class _Reader:
         end = self._pos + size
         if end > len(self._data):
             raise ValueError(
-                f"{self._what}: truncated at {field_name} (needs {size} bytes at offset {self._pos}, "
-                f"{len(self._data) - self._pos} left)"
+                f"{self._what}: truncated at {field_name} (needs {size} bytes at offset "
+                f"{self._pos}, {len(self._data) - self._pos} left)"
             )
         chunk = self._data[self._pos : end]
         self._pos = end
@@ -210,7 +218,9 @@ class _Reader:
         for _ in range(self.count(field_name)):
             topic = self.string(f"{field_name} topic")
             for _ in range(self.count(f"{field_name} partitions of {topic!r}")):
-                result.append(TopicPartition(topic, self.int32(f"{field_name} partition of {topic!r}")))
+                result.append(
+                    TopicPartition(topic, self.int32(f"{field_name} partition of {topic!r}"))
+                )
         return result
 
 

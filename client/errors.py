@@ -1,4 +1,5 @@
-"""The client's exceptions: one class per Kafka error code, each with `retriable`, and a few of ours.
+"""The client's exceptions: one class per Kafka error code, each with `retriable`, and a few of
+ours.
 
 Every class derives from `KafkaError` and carries two class attributes: `code` (the Kafka error
 code, None for errors that arise in the client) and `retriable` (whether the same request may
@@ -8,7 +9,7 @@ are built from protocol.error_codes' table at import, named after Kafka's consta
 with an `Error` suffix, and reached with `error_class(code)` or `error_for(code, what)`.
 
     try:
-        await producer.send("orders", value=b"x")
+        await producer.send_and_wait("orders", value=b"x")
     except KafkaError as exc:
         if exc.retriable: ...
 
@@ -20,7 +21,7 @@ point where the leader's log diverged; carries the divergent offset per partitio
 
 from __future__ import annotations
 
-from protocol.error_codes import ALL, ErrorCode, info
+from epochlog.protocol.error_codes import ALL, ErrorCode, info
 
 from .types import TopicPartition
 
@@ -50,7 +51,7 @@ class KafkaConnectionError(KafkaError):
 
 
 class BufferFullError(KafkaError):
-    """send_nowait found the producer's buffer_memory full; await send/enqueue to wait instead."""
+    """send_nowait found the producer's buffer_memory full; await send() to wait instead."""
 
     retriable = True
 

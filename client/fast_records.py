@@ -35,7 +35,7 @@ import gc
 from collections.abc import Iterator
 from itertools import repeat
 
-from protocol.batch import TIMESTAMP_TYPE_MASK, BatchHeader
+from epochlog.protocol.batch import TIMESTAMP_TYPE_MASK, BatchHeader
 
 from .types import ConsumerRecord
 

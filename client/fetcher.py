@@ -40,8 +40,9 @@ import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.error_codes import ErrorCode, name_of
 
+from .retriable import STALE_LEADER
 from .types import TopicPartition
 
 E = ErrorCode
@@ -125,10 +126,6 @@ class Action(NamedTuple):
     log: str | None = None
 
 
-# Errors after which the leader we know is not the leader: refresh metadata, then continue.
-STALE_LEADER = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.UNKNOWN_TOPIC_OR_PARTITION,
-                          E.LEADER_NOT_AVAILABLE, E.REPLICA_NOT_AVAILABLE,
-                          E.KAFKA_STORAGE_ERROR, E.BROKER_NOT_AVAILABLE})
 
 
 def on_fetch_error(st: PartitionState, code: int, from_replica: int, log_start_offset: int,
@@ -255,6 +252,7 @@ class ConsumerCounters:
     truncations_detected: int = 0
     offset_resets: int = 0
     validations: int = 0
+    corrupt_batches: int = 0  # batches that failed their CRC or structure check
     read_replica: dict[TopicPartition, int] = field(default_factory=dict)
 
 

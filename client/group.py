@@ -1,5 +1,4 @@
-"""A Consumer's membership in a consumer group: the coordinator, JoinGroup/SyncGroup rounds,
-heartbeats, the rebalance listener, and committed offsets with their leader epochs (KIP-320).
+"""A Consumer's membership in a consumer group: the asyncio driver of `group_member.MemberMachine`.
 
     consumer = Consumer(bootstrap, group_id="billing", enable_auto_commit=False)
     consumer.subscribe(["orders"], listener=MyListener())
@@ -8,47 +7,33 @@ heartbeats, the rebalance listener, and committed offsets with their leader epoc
 
 Theory of operation
 -------------------
-As in Kafka's Java consumer, the group's rebalances run inside poll(): a member that is not
-polling does not join, and the rebalance listener's callbacks run while the application is in
-poll(), so an eager revoke or an auto-commit before it never gives away records the application
-has been handed but not yet processed. A JoinGroup may take as long as the slowest member needs
-to rejoin (up to rebalance_timeout_ms, which is max_poll_interval_ms), longer than one poll's
-timeout: the round's requests run as a task that poll() waits on for its timeout and that the
-next poll() waits on again; the assignment it brings is taken, and the listener told, by the
-poll() that finds the task done. A listener that raises does not stop the round (one member
-must not hold up its group): poll() raises the error once the round is over, as Java does.
+Every rule of membership (phases, rounds, heartbeats, fencing, retries, timeouts) is the
+machine's (client/group_member.py); this module only moves bytes and time for it:
+- requests the machine asks for (`Send`, `FindCoordinator`) each run as a task, whose answer or
+  failure goes back to the machine with the machine's clock, `time.monotonic()` in ms;
+- a ticker task calls `tick()` at the machine's `next_deadline()` (heartbeats, backoffs, the
+  session and max_poll_interval_ms watchdogs, commit deadlines);
+- `poll_hook()`, called by the consumer's poll(), feeds `poll()` and carries out what it answers
+  inside poll(): the listener's callbacks, the consumer's new assignment (starting from committed
+  offsets), commits before a revoke; it waits for a round under way until poll()'s deadline.
+  A listener that raises does not stop the round (one member must not hold up its group): poll()
+  raises the error once the round is over, as Java does.
 
-Commits between our JoinGroup's answer and our SyncGroup's would be refused (the group is
-CompletingRebalance): a commit then waits for the sync. A cooperative member reads, and so
-commits, during rounds; refused, such commits used to ask for another round, whose own window
-caught the next commit, and the group rebalanced for ever.
+As in Kafka's Java consumer, rounds run inside poll(): a member that is not polling does not
+join, and an eager revoke (with its auto-commit) never gives away records the application was
+handed but has not processed. Heartbeats do not depend on poll(); the max_poll_interval_ms
+watchdog makes a member that stopped polling leave.
 
-Heartbeats do not depend on poll(): a task sends one every heartbeat_interval_ms while the member
-has a generation, so an application busy with its records keeps its place. The same task is the
-max_poll_interval_ms watchdog: a member that has not called poll() for that long leaves the group
-(a static member only stops heartbeating: its instance id holds its place for the session), and
-the next poll() joins again, telling the listener the partitions were lost.
-
-Rebalance protocols: the assignors named in partition_assignment_strategy are offered in order,
-and the coordinator picks one all members offer. If every one of ours is cooperative
-(cooperative-sticky), we rebalance cooperatively (KIP-429): members keep their partitions through
-a round, report them as owned, and give up only those the new assignment takes away, after which
-they rejoin so the next round can hand those out. Otherwise eagerly: every partition is revoked
-before JoinGroup.
-
-Committed offsets: OffsetFetch v5+ returns the leader epoch committed with each offset. The
-member seeks to (offset, epoch) so the consumer validates it against the leader's log before
-fetching (OffsetForLeaderEpoch), as for any position after a leader change; a committed epoch
-newer than the partition's leader epoch in our metadata first waits for metadata that new. A log
-truncated by an unclean election below a committed offset is thereby detected when the group
-resumes: LogTruncationError with auto_offset_reset="none", else the position moves to where the
-logs diverge.
+Committed offsets carry leader epochs (KIP-320): the consumer seeks to (offset, epoch) and
+validates the position against the leader's log before fetching, so a log truncated below a
+committed offset is detected when the group resumes.
 
 The coordinator has its own connection (JoinGroup parks there for a whole rebalance, and must not
-hold up fetches to the same broker). A broker answers one connection's requests in order, so a
-round given up (close, unsubscribe) drops that connection: a LeaveGroup sent behind the parked
-JoinGroup would wait for the whole rebalance. FindCoordinator and the leader's Metadata go on an
-idle connection for the same reason.
+hold up fetches to the same broker); FindCoordinator and the leader's Metadata go on an idle
+connection for the same reason. The machine's `DropCoordinator` closes it (a LeaveGroup sent
+behind a parked JoinGroup would wait for the whole rebalance).
+
+The consumer is reached only through `GroupConsumer`, the part of it the group may use.
 """
 
 from __future__ import annotations
@@ -58,66 +43,47 @@ import inspect
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from protocol.apis.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
-from protocol.apis.heartbeat import HeartbeatRequest, HeartbeatResponse
-from protocol.apis.join_group import JoinGroupRequest, JoinGroupRequestProtocol, JoinGroupResponse
-from protocol.apis.leave_group import LeaveGroupRequest, LeaveGroupResponse, MemberIdentity
-from protocol.apis.sync_group import (
-    SyncGroupRequest,
-    SyncGroupRequestAssignment,
-    SyncGroupResponse,
-)
-from protocol.error_codes import ErrorCode as E
-from protocol.errors import DecodeError
-from protocol.registry import APIS
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
+from epochlog.protocol.errors import DecodeError
+from epochlog.protocol.registry import APIS
 
-from .assignors import Assignor, make_assignors
 from .connection import Connection, NoCommonVersion
-from .consumer_protocol import (
-    Assignment,
-    Subscription,
-    decode_assignment,
-    decode_subscription,
-    encode_assignment,
-    encode_subscription,
+from .errors import KafkaError, KafkaTimeoutError
+from .group_member import (
+    Action,
+    Assigned,
+    CheckMetadata,
+    CommitConsumed,
+    CommitFailedError,
+    Done,
+    DropCoordinator,
+    FindCoordinator,
+    Lost,
+    MemberMachine,
+    MemberSettings,
+    NeedPartitionCounts,
+    Phase,
+    Revoked,
+    Send,
+    names,
 )
-from .errors import KafkaError, error_for
-from .group_offsets import (
-    Committed,
-    commit_errors,
-    commit_request,
-    committed_offsets,
-    fetch_errors,
-    fetch_request,
-)
+from .group_offsets import Committed
 from .types import TopicPartition
 
 if TYPE_CHECKING:
     from .cluster import ClusterClient
 
+__all__ = ["CommitFailedError", "GroupConsumer", "GroupMember", "RebalanceListener"]
+
 log = logging.getLogger("epochlog.group")
 
-PROTOCOL_TYPE = "consumer"
-NO_GENERATION = -1
-JOIN_TIMEOUT_EXTRA_MS = 5000  # a JoinGroup may park for the rebalance timeout, plus this
-NETWORK_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError, NoCommonVersion, DecodeError)
-COORDINATOR_GONE = frozenset({E.COORDINATOR_NOT_AVAILABLE, E.NOT_COORDINATOR})
-RETRY_LATER = frozenset({E.COORDINATOR_LOAD_IN_PROGRESS, E.REQUEST_TIMED_OUT})
-# A JoinGroup error after which the member cannot go on: raised from poll().
-FATAL_JOIN = frozenset({E.FENCED_INSTANCE_ID, E.INCONSISTENT_GROUP_PROTOCOL,
-                        E.INVALID_SESSION_TIMEOUT, E.INVALID_GROUP_ID, E.GROUP_MAX_SIZE_REACHED,
-                        E.GROUP_AUTHORIZATION_FAILED, E.UNSUPPORTED_VERSION})
-# A commit refused with these: the group rebalanced since our generation
-REBALANCED = frozenset({E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.REBALANCE_IN_PROGRESS,
-                        E.FENCED_INSTANCE_ID})
-
-
-class CommitFailedError(KafkaError):
-    """The commit was refused because the group rebalanced since this member's generation: its
-    partitions may belong to another member now. Poll again (the member rejoins) and reprocess."""
+NETWORK_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError, NoCommonVersion, DecodeError,
+                  KafkaError)
+TICK_MS_MIN = 1  # the ticker never spins faster than this, whatever the machine says
 
 
 class RebalanceListener:
@@ -137,486 +103,349 @@ class RebalanceListener:
         return self.on_partitions_revoked(lost)
 
 
-class GroupMember:
-    """The group half of a Consumer. The consumer calls `poll_hook()` at the start of each
-    poll(), and offers `_group_assign(partitions, committed)`, `next_offsets()` and
-    `consumed()` to it."""
+class GroupConsumer(Protocol):
+    """What the group may use of its consumer."""
 
-    def __init__(self, cluster: ClusterClient, consumer: Any, *, group_id: str,
+    def group_assign(self, partitions: set[TopicPartition]) -> None:
+        """The group's assignment: partitions kept keep their position, new ones wait for
+        start_positions()."""
+
+    def assignment(self) -> set[TopicPartition]: ...
+
+    def consumed(self) -> dict[TopicPartition, tuple[int, int]]: ...
+
+    def next_offsets(self) -> dict[TopicPartition, tuple[int, int]]: ...
+
+    def awaiting_committed(self) -> set[TopicPartition]: ...
+
+    def start_positions(self, committed: Mapping[TopicPartition, tuple[int, int] | None]
+                        ) -> None: ...
+
+    def wake(self) -> None: ...
+
+
+def now_ms() -> int:
+    return int(time.monotonic() * 1000)
+
+
+class GroupMember:
+    """The group half of a Consumer: the consumer calls `poll_hook()` at the start of each
+    poll(), and `commit()`, `committed()`, `close()` as the application asks."""
+
+    def __init__(self, cluster: ClusterClient, consumer: GroupConsumer, *, group_id: str,
                  group_instance_id: str | None, session_timeout_ms: int,
                  heartbeat_interval_ms: int, max_poll_interval_ms: int,
                  partition_assignment_strategy: Iterable[str], enable_auto_commit: bool,
                  auto_commit_interval_ms: int, request_timeout_ms: int, retry_backoff_ms: int,
                  metadata_max_age_ms: int, client_rack: str | None) -> None:
-        if not group_id:
-            raise ValueError("group_id must not be empty")
-        if heartbeat_interval_ms >= session_timeout_ms:
-            raise ValueError(f"heartbeat_interval_ms ({heartbeat_interval_ms}) must be less "
-                             f"than session_timeout_ms ({session_timeout_ms})")
+        self.settings = MemberSettings(
+            group_id=group_id, group_instance_id=group_instance_id,
+            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_interval_ms=max_poll_interval_ms,
+            partition_assignment_strategy=tuple(partition_assignment_strategy),
+            enable_auto_commit=enable_auto_commit,
+            auto_commit_interval_ms=auto_commit_interval_ms,
+            request_timeout_ms=request_timeout_ms, retry_backoff_ms=retry_backoff_ms,
+            metadata_max_age_ms=metadata_max_age_ms, client_rack=client_rack)
+        self.machine = MemberMachine(self.settings, now_ms=now_ms())
+        self.group_id = group_id
         self.cluster = cluster
         self.consumer = consumer
-        self.group_id = group_id
-        self.group_instance_id = group_instance_id
-        self.session_timeout_ms = session_timeout_ms
-        self.heartbeat_interval_ms = heartbeat_interval_ms
-        self.rebalance_timeout_ms = max_poll_interval_ms
-        self.max_poll_interval_ms = max_poll_interval_ms
-        self.assignors: list[Assignor] = make_assignors(partition_assignment_strategy)
-        if not self.assignors:
-            raise ValueError("partition_assignment_strategy names no assignor")
-        self.cooperative = all(a.cooperative for a in self.assignors)
-        self.enable_auto_commit = enable_auto_commit
-        self.auto_commit_interval_ms = auto_commit_interval_ms
-        self.request_timeout_ms = request_timeout_ms
-        self.retry_backoff_ms = retry_backoff_ms
-        self.metadata_max_age_ms = metadata_max_age_ms
-        self.client_rack = client_rack
-        # membership
-        self.member_id = ""
-        self.generation = NO_GENERATION
-        self.protocol: str | None = None
-        self.leader_id = ""
-        self.owned: set[TopicPartition] = set()
-        self.rejoin_reason: str | None = "first join"
-        self.rebalances = 0  # completed rounds, for metrics and tests
-        # subscription
-        self.topics: set[str] = set()
-        self.pattern: re.Pattern[str] | None = None
-        self.listener: RebalanceListener = RebalanceListener()
-        self._group_topics: set[str] = set()  # the leader: every member's topics
-        self._partition_counts: dict[str, int] = {}  # the leader: as of the last assignment
-        self._metadata_checked = 0.0
-        # coordinator
+        self.listener = RebalanceListener()
         self._coordinator: Connection | None = None
-        self._coordinator_id = -1
-        # tasks
-        self._join: asyncio.Task[Assignment | None] | None = None
-        self._heartbeat: asyncio.Task[None] | None = None
-        self._heartbeat_wake = asyncio.Event()
-        self._fatal: BaseException | None = None
-        self._last_poll = time.monotonic()
-        self._left_for_poll_interval = False
-        self._next_auto_commit = time.monotonic() + auto_commit_interval_ms / 1000
+        self._coordinator_addr: tuple[int, str, int] | None = None  # node, host, port
+        self._done: dict[int, asyncio.Future[Done]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()  # the machine's next deadline may have changed
+        self._changed = asyncio.Event()  # an answer reached the machine
         self._auto_commit: asyncio.Task[None] | None = None
+        self._fetching: asyncio.Task[Committed] | None = None  # committed offsets, for poll()
+        self._poll_deadline = 0.0  # the loop time the poll() under way returns at
+        self._given_up_on = ""  # what the last cancelled wait was waiting for
+        self._listener_error: BaseException | None = None
         self._closed = False
-        self._joining = False
-        # cleared from our JoinGroup's answer (a new generation) to our SyncGroup's
-        self._synced = asyncio.Event()
-        self._synced.set()
-        self._rejoin_at_once = False  # the last round's error needs no backoff
-        self._listener_error: BaseException | None = None  # raised once the round is over
+
+    # ------------------------------------------------------------------ what it is
+    @property
+    def topics(self) -> set[str]:
+        return set(self.machine.topics)
+
+    @property
+    def manual(self) -> bool:
+        return self.machine.manual
+
+    def waiting_for(self) -> str:
+        return self.machine.waiting_for()
+
+    def metrics(self) -> dict[str, Any]:
+        m = self.machine
+        return {"group_id": self.group_id, "member_id": m.member_id,
+                "generation": m.generation, "protocol": m.protocol,
+                "leader": m.leading, "leader_id": m.leader_id, "phase": m.phase.value,
+                "coordinator": -1 if m.coordinator is None else m.coordinator,
+                "rebalances": m.stats.rebalances, "assigned": sorted(m.owned),
+                "waiting_for": m.waiting_for(), "unreachable_ms": m.unreachable_ms(now_ms())}
 
     # ------------------------------------------------------------------ subscription
     def subscribe(self, topics: Iterable[str] | None, pattern: str | re.Pattern[str] | None,
                   listener: RebalanceListener | None) -> None:
-        if (topics is None) == (pattern is None):
-            raise ValueError("subscribe takes a list of topics or a pattern, not both")
-        if topics is not None:
-            wanted = set(topics)
-            if any(not t for t in wanted):
-                raise ValueError("topic names must not be empty")
-            self.pattern = None
-        else:
-            self.pattern = re.compile(pattern) if isinstance(pattern, str) else pattern
-            wanted = self._matching(self.cluster_topics())
+        known = {t for t, _ in self.cluster.partitions}
+        self.machine.subscribe(topics, pattern, known)
         if listener is not None:
             self.listener = listener
-        if wanted != self.topics or self.generation == NO_GENERATION:
-            self.topics = wanted
-            self.request_rejoin("subscription changed")
-        self._metadata_checked = 0.0
+        self.consumer.wake()
 
-    def cluster_topics(self) -> set[str]:
-        return {t for t, _ in self.cluster.partitions}
-
-    def _matching(self, topics: Iterable[str]) -> set[str]:
-        assert self.pattern is not None
-        return {t for t in topics if not t.startswith("__") and self.pattern.fullmatch(t)}
-
-    def request_rejoin(self, reason: str) -> None:
-        if self.rejoin_reason is None:
-            log.info("group %s: rejoining: %s", self.group_id, reason)
-        self.rejoin_reason = reason
-        self.consumer._data.set()  # a poll() waiting for records goes round to rejoin
+    async def unsubscribe(self) -> None:
+        await self._carry_out(self.machine.unsubscribe(now_ms()))
+        self.consumer.group_assign(set())
+        await self._wait_leave()
 
     # ------------------------------------------------------------------ poll and close
     async def poll_hook(self, deadline: float) -> None:
-        """Called by poll(): rejoin if needed (waiting for the round until deadline, a loop
-        time), auto-commit when due. Raises what the member cannot recover from."""
-        self._last_poll = time.monotonic()
-        if self._fatal is not None:
-            raise self._fatal
-        if self.manual:
-            await self.start_from_committed()
-            self._maybe_auto_commit()
+        """Called by poll() (deadline: a loop time): the machine's poll, carried out here, and
+        a wait for the round under way until deadline. Raises what the member cannot recover
+        from, and a listener's error once its round is over."""
+        self._ensure_ticker()
+        self._poll_deadline = deadline
+        await self._carry_out(self.machine.poll(now_ms()))
+        await self._positions_from_committed(deadline)
+        if self.machine.manual:
             return
-        if self._left_for_poll_interval:
-            self._left_for_poll_interval = False
-            self.request_rejoin("poll() called again after max_poll_interval_ms")
-        await self._check_metadata()
-        join = self._join
-        if join is not None and join.done() and not join.cancelled() and \
-                join.exception() is None and self.generation == NO_GENERATION:
-            # The round completed after a poll() returned, and the generation it gave was lost
-            # before this one (max_poll_interval_ms, a session expiry): its assignment is stale.
-            self._join = None
-            self.request_rejoin("the generation of the last round was lost before poll()")
-        if self._join is None and self.rejoin_reason is not None:
-            await self._before_join()  # here, in poll(): nothing is handed out meanwhile
-            self._join = asyncio.get_running_loop().create_task(self._rebalance())
-        if self._join is not None:
-            # Only the requests run as a task (it may outlive this poll); the assignment is
-            # taken here, so the listener runs inside poll() and a cooperative revoke commits
-            # consumed() as of this poll's start, after every record handed out before it.
-            loop = asyncio.get_running_loop()
+        if self.machine.round_under_way:
+            await self._wait_until(lambda: not self.machine.round_under_way, deadline)
+            if not self.machine.round_under_way:
+                await self._carry_out(self.machine.poll(now_ms()))
+        error, self._listener_error = self._listener_error, None
+        if error is not None:
+            raise error
+
+    def _forget_lookup(self) -> None:
+        """Partitions given up: a committed-offset lookup under way is stale (if they come
+        back, another member may have committed since), so it is dropped."""
+        task, self._fetching = self._fetching, None
+        if task is not None:
+            task.cancel()
+
+    async def _positions_from_committed(self, deadline: float) -> None:
+        """Partitions waiting for their committed offsets: one lookup at a time, as a task a
+        poll() waits on until its deadline and the next poll() again (the lookup may take up
+        to request_timeout_ms; a poll must not). A failed lookup is tried again by the next
+        poll(); with assign() (no group to rejoin), poll() raises its error."""
+        task = self._fetching
+        if task is None:
+            waiting = self.consumer.awaiting_committed()
+            if not waiting:
+                return
+            task = self._fetching = asyncio.get_running_loop().create_task(
+                self.committed(waiting))
+        loop = asyncio.get_running_loop()
+        if not task.done():
             try:
                 async with asyncio.timeout(max(0.0, deadline - loop.time())):
-                    await asyncio.wait({self._join})
+                    await asyncio.wait({task})
             except TimeoutError:
-                pass
-            join = self._join
-            if not join.done():
                 return
-            self._join = None
-            if not join.cancelled():
-                failed = join.exception()
-                if failed is not None:
-                    self._fatal = failed
-                    raise failed
-                assignment = join.result()
-                if assignment is not None:
-                    await self._take(assignment)
-            failed, self._listener_error = self._listener_error, None
-            if failed is not None:
-                raise failed
-        self._ensure_heartbeat()
-        self._maybe_auto_commit()
-
-    @property
-    def manual(self) -> bool:
-        """Partitions come from assign(), not the group: commits go with no generation (as
-        Kafka's "simple" consumers do), and positions still start from committed offsets."""
-        return not self.topics and self.pattern is None
+        if self._fetching is task:
+            self._fetching = None
+        if task.cancelled():
+            return  # dropped meanwhile (its partitions were given up)
+        error = task.exception()
+        if error is None:
+            self.consumer.start_positions(task.result())
+        elif self.machine.manual or not isinstance(error, KafkaError):
+            raise error
+        else:
+            log.warning("group %s: committed offsets unknown (%s); poll() asks again",
+                        self.group_id, error)
 
     async def start_from_committed(self) -> None:
         """assign()ed partitions with no position yet: their committed (offset, epoch), else
         auto_offset_reset (Java's consumer does the same with a group.id)."""
-        waiting = set(self.consumer._awaiting_committed)
+        waiting = self.consumer.awaiting_committed()
         if waiting:
-            committed = await self.committed(waiting)
-            self.consumer._start_positions(committed)
+            self.consumer.start_positions(await self.committed(waiting))
 
-    def _maybe_auto_commit(self) -> None:
-        if self.enable_auto_commit and time.monotonic() >= self._next_auto_commit and \
-                (self._auto_commit is None or self._auto_commit.done()):
-            self._next_auto_commit = time.monotonic() + self.auto_commit_interval_ms / 1000
-            self._auto_commit = asyncio.get_running_loop().create_task(self._commit_quietly())
-
-    async def _commit_quietly(self) -> None:
-        offsets = self.consumer.consumed()
-        if not offsets:
-            return
-        try:
-            await self.commit(offsets)
-        except KafkaError as exc:
-            log.warning("group %s: auto-commit failed: %s", self.group_id, exc)
-
-    async def close(self) -> None:
+    async def close(self, timeout_ms: int | None = None) -> None:
         """Commit (with auto-commit), tell the listener, leave the group (dynamic members), and
-        close the coordinator's connection. Bounded by request_timeout_ms per step."""
+        close the coordinator's connection. Each step is bounded by request_timeout_ms, and the
+        whole by timeout_ms if given."""
         if self._closed:
             return
         self._closed = True
-        join = self._join
-        if join is not None and not join.done() and not self._synced.is_set():
-            # Our generation is already the new one, whose commits the coordinator refuses
-            # (REBALANCE_IN_PROGRESS) until the SyncGroup completes: let it, so that the commit
-            # below goes through (cancelled, it left the group waiting for the sync deadline).
-            try:
-                async with asyncio.timeout(self.request_timeout_ms / 1000):
-                    await asyncio.wait({join})
-            except TimeoutError:
-                pass
-        await self._cancel_join()
-        for task in (self._heartbeat, self._auto_commit):
-            if task is not None and not task.done():
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
         try:
-            member = self.generation != NO_GENERATION and bool(self.owned)
-            if self.enable_auto_commit and (member or self.manual):
-                try:
-                    await self.commit(self.consumer.next_offsets())
-                except KafkaError as exc:
-                    log.warning("group %s: commit on close failed: %s", self.group_id, exc)
-            if member:
-                await self._call_listener("on_partitions_revoked", set(self.owned))
-            await self._leave("the consumer is closing")
+            async with asyncio.timeout(None if timeout_ms is None else timeout_ms / 1000):
+                await self._close_steps()
+        except TimeoutError:
+            log.warning("group %s: close gave up after %s ms waiting for %s", self.group_id,
+                        timeout_ms, self._given_up_on or self.machine.waiting_for())
         finally:
+            self.machine.closed()
+            await self._stop_tasks()
             if self._coordinator is not None:
                 await self._coordinator.close()
                 self._coordinator = None
 
-    async def unsubscribe(self) -> None:
-        await self._cancel_join()
-        if self.owned:
-            await self._call_listener("on_partitions_revoked", set(self.owned))
-        await self._leave("unsubscribed")
-        self.topics, self.pattern = set(), None
-        self.owned = set()
-        self.consumer._group_assign(set(), {})
+    async def _close_steps(self) -> None:
+        loop = asyncio.get_running_loop()
+        auto = self._auto_commit
+        if auto is not None and not auto.done():
+            # An auto-commit of older positions must not land after the commit on close
+            auto.cancel()
+            await asyncio.gather(auto, return_exceptions=True)
+        if self.machine.syncing:
+            # Our generation is already the new one, whose commits the coordinator refuses
+            # until the SyncGroup completes: let it, so that the commit on close goes through.
+            await self._wait_until(lambda: not self.machine.syncing,
+                                   loop.time() + self.settings.request_timeout_ms / 1000)
+        await self._carry_out(self.machine.close(now_ms()), closing=True)
+        self._apply(self.machine.leave(now_ms(), "the consumer is closing"))
+        await self._wait_leave()
 
-    async def _cancel_join(self) -> None:
-        """Stop a round under way. A JoinGroup parked at the coordinator would hold up every
-        later request on its connection (a broker answers a connection in order: a LeaveGroup
-        behind it waited for the whole rebalance), so that connection goes too."""
-        join, self._join = self._join, None
-        if join is None or join.done():
+    async def _wait_leave(self) -> None:
+        rid = self.machine.leave_rid
+        if rid < 0:
             return
-        parked = self._joining
-        join.cancel()
-        await asyncio.gather(join, return_exceptions=True)
-        if parked:
-            self._coordinator_lost("a JoinGroup on its connection was given up")
-
-    # ------------------------------------------------------------------ the coordinator
-    async def _coordinator_conn(self) -> Connection:
-        """The coordinator's connection, finding the coordinator first if needed."""
-        conn = self._coordinator
-        if conn is not None and not conn.closed:
-            return conn
-        self._coordinator = None
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
-        while True:
-            any_conn = await self.cluster.idle_connection()
-            find = APIS[10]
-            version = any_conn.version_for(find)
-            if version >= 4:
-                request = FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
-            else:
-                request = FindCoordinatorRequest(key=self.group_id, key_type=0)
-            answer: FindCoordinatorResponse = await any_conn.request(find, version, request)
-            if version >= 4:
-                c = answer.coordinators[0]
-                code, node, host, port = c.error_code, c.node_id, c.host, c.port
-            else:
-                code, node, host, port = (answer.error_code, answer.node_id, answer.host,
-                                          answer.port)
-            if code == 0:
-                break
-            if (code not in COORDINATOR_GONE and code not in RETRY_LATER) or \
-                    time.monotonic() > deadline:
-                raise error_for(code, f"find the coordinator of group {self.group_id}")
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
-        conn = await Connection(host, port, client_id=self.cluster.client_id,
-                                request_timeout_ms=self.request_timeout_ms).connect()
-        if node != self._coordinator_id:
-            log.info("group %s: coordinator is broker %d at %s:%d", self.group_id, node, host,
-                     port)
-        self._coordinator, self._coordinator_id = conn, node
-        return conn
-
-    def _coordinator_lost(self, why: str) -> None:
-        if self._coordinator is not None:
-            log.info("group %s: coordinator %d lost: %s", self.group_id, self._coordinator_id,
-                     why)
-            conn, self._coordinator = self._coordinator, None
-            asyncio.get_running_loop().create_task(conn.close())
-
-    async def _request(self, key: int, message: Any, timeout_ms: int | None = None) -> Any:
-        conn = await self._coordinator_conn()
-        api = APIS[key]
         try:
-            return await conn.request(api, conn.version_for(api), message,
-                                      timeout_ms=timeout_ms)
-        except NETWORK_ERRORS as exc:
-            self._coordinator_lost(f"{api.name}: {exc!r}")
-            raise
+            done = await self._result(rid)
+            if done.error is not None:
+                raise done.error
+            log.info("group %s: left the group", self.group_id)
+        except KafkaError as exc:
+            log.info("group %s: LeaveGroup failed (%s); the session timeout will expel us",
+                     self.group_id, exc)
 
-    # ------------------------------------------------------------------ a rebalance round
-    async def _rebalance(self) -> Assignment | None:
-        """Rejoin until a round completes: JoinGroup (reporting what we own, cooperatively),
-        compute the assignment if we lead, SyncGroup. poll() revoked (eager) before, and takes
-        the assignment after: both tell the listener, which must run inside poll()."""
-        backoff = self.retry_backoff_ms / 1000
-        while not self._closed:
-            try:
-                assignment = await self._join_and_sync()
-            except NETWORK_ERRORS as exc:
-                log.info("group %s: rebalance interrupted: %r; retrying", self.group_id, exc)
-                await asyncio.sleep(backoff)
-                continue
-            except KafkaError as exc:
-                if not exc.retriable:
-                    raise
-                log.info("group %s: rebalance interrupted: %s; retrying", self.group_id, exc)
-                await asyncio.sleep(backoff)
-                continue
-            if assignment is None:
-                if self.generation == NO_GENERATION and self.owned:
-                    return None  # poll() reports what we own as lost, then joins afresh
-                if not self._rejoin_at_once:
-                    await asyncio.sleep(backoff)
-                continue
-            return assignment
-        return None
+    async def _stop_tasks(self) -> None:
+        tasks = [t for t in (self._ticker, self._auto_commit, self._fetching, *self._tasks)
+                 if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        for fut in self._done.values():
+            if not fut.done():
+                fut.cancel()
+        self._done.clear()
 
-    async def _before_join(self) -> None:
-        if not self.owned:
-            return
-        if self.generation == NO_GENERATION:
-            lost, self.owned = set(self.owned), set()
-            self.consumer._group_assign(set(), {})
-            log.info("group %s: partitions lost with the generation: %s", self.group_id,
-                     _names(lost))
-            await self._call_listener("on_partitions_lost", lost)
-        elif not self.cooperative:
-            revoked = set(self.owned)
-            if self.enable_auto_commit:
-                await self._commit_before_revoke(revoked)
-            await self._call_listener("on_partitions_revoked", revoked)
-            self.owned = set()
-            self.consumer._group_assign(set(), {})
-
-    async def _commit_before_revoke(self, revoked: set[TopicPartition]) -> None:
-        offsets = {tp: v for tp, v in self.consumer.consumed().items() if tp in revoked}
+    # ------------------------------------------------------------------ offsets
+    async def commit(self, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
+        """Commit (offset, leader epoch) per partition for this member's generation. Retries
+        coordinator moves and loads up to request_timeout_ms; CommitFailedError if the group
+        rebalanced meanwhile."""
         if not offsets:
             return
+        if self.machine.syncing:
+            # Between our JoinGroup's answer and our SyncGroup's the group refuses commits.
+            # Cooperative members keep reading then, so wait for the sync.
+            loop = asyncio.get_running_loop()
+            await self._wait_until(lambda: not self.machine.syncing,
+                                   loop.time() + self.settings.request_timeout_ms / 1000)
+            if self.machine.syncing:
+                raise CommitFailedError(f"group {self.group_id}: a rebalance is completing; "
+                                        "poll() and commit again")
+        rid, actions = self.machine.commit(now_ms(), offsets)
+        self._apply(actions)
+        done = await self._result(rid)
+        if done.error is not None:
+            raise done.error
+        log.debug("group %s: committed %s", self.group_id, offsets)
+
+    async def committed(self, partitions: Iterable[TopicPartition]) -> Committed:
+        """(offset, leader epoch) committed per partition, None where nothing is committed."""
+        wanted = set(partitions)
+        if not wanted:
+            return {}
+        rid, actions = self.machine.fetch(now_ms(), wanted)
+        self._apply(actions)
+        done = await self._result(rid)
+        if done.error is not None:
+            raise done.error
+        result: Committed = done.result
+        return result
+
+    async def _result(self, rid: int) -> Done:
+        """The Done of a request: the machine gives up at its deadline; this bound only guards
+        against a driver bug (a request whose answer never reached the machine)."""
+        fut = self._done.get(rid)
+        if fut is None:
+            fut = self._done[rid] = asyncio.get_running_loop().create_future()
+        self._ensure_ticker()
+        bound_s = 2 * self.settings.request_timeout_ms / 1000 + 1
+        try:
+            async with asyncio.timeout(bound_s):
+                return await fut
+        except asyncio.CancelledError:
+            self._given_up_on = self.machine.waiting_for()  # (for close's message)
+            raise
+        except TimeoutError:
+            raise KafkaTimeoutError(f"group {self.group_id}: no answer within {bound_s:.0f} s; "
+                                    f"waiting for {self.machine.waiting_for()}") from None
+        finally:
+            self._done.pop(rid, None)
+            self.machine.cancel(rid)  # (given up or cancelled: never sent again)
+
+    # ------------------------------------------------------------------ carrying out actions
+    async def _carry_out(self, actions: list[Action], closing: bool = False) -> None:
+        """Actions of poll(), close() and unsubscribe(), in order, inside the caller."""
+        self._log_notes()
+        for action in actions:
+            match action:
+                case CommitConsumed(partitions=parts, why=why):
+                    await self._commit_consumed(parts, why, closing)
+                case Revoked(partitions=parts):
+                    await self._call_listener("on_partitions_revoked", set(parts))
+                    self._forget_lookup()
+                    self.consumer.group_assign(self.consumer.assignment() - parts)
+                case Lost(partitions=parts):
+                    log.info("group %s: partitions lost with the generation: %s",
+                             self.group_id, names(parts))
+                    self._forget_lookup()
+                    self.consumer.group_assign(set())
+                    await self._call_listener("on_partitions_lost", set(parts))
+                case Assigned(partitions=parts, added=added):
+                    await self._assigned(parts, added)
+                case CheckMetadata():
+                    await self._check_metadata(action)
+                case _:
+                    self._apply([action])
+
+    async def _assigned(self, partitions: frozenset[TopicPartition],
+                        added: frozenset[TopicPartition]) -> None:
+        log.info("group %s: generation %d (%s%s): assigned %s", self.group_id,
+                 self.machine.generation, self.machine.protocol,
+                 ", leader" if self.machine.leading else "", names(partitions))
+        # New partitions wait for their committed offsets (never auto_offset_reset for want of
+        # an answer: a new owner starting before the old one's commit would commit offsets
+        # back); if the lookup fails, the next poll() asks again. The listener hears first, as
+        # in Java (a seek there wins over the committed offset).
+        self.consumer.group_assign(set(partitions))
+        await self._call_listener("on_partitions_assigned", set(added))
+        await self._positions_from_committed(self._poll_deadline)
+
+    async def _commit_consumed(self, partitions: frozenset[TopicPartition] | None, why: str,
+                               closing: bool) -> None:
+        offsets = self.consumer.next_offsets() if closing else self.consumer.consumed()
+        if partitions is not None:
+            offsets = {tp: v for tp, v in offsets.items() if tp in partitions}
+        if not offsets:
+            return
+        if why == "auto-commit" and not closing:
+            if self._auto_commit is None or self._auto_commit.done():
+                self._auto_commit = asyncio.get_running_loop().create_task(
+                    self._commit_quietly(offsets, why))
+            return
+        await self._commit_quietly(offsets, why)
+
+    async def _commit_quietly(self, offsets: Mapping[TopicPartition, tuple[int, int]],
+                              why: str) -> None:
         try:
             await self.commit(offsets)
         except KafkaError as exc:
-            log.warning("group %s: commit before revoking failed: %s", self.group_id, exc)
-
-    async def _join_and_sync(self) -> Assignment | None:
-        """One JoinGroup and SyncGroup; None to try again (the member id, generation or
-        coordinator were updated as the errors said)."""
-        protocols = [JoinGroupRequestProtocol(name=a.name, metadata=encode_subscription(
-            a.subscription(sorted(self.topics), sorted(self.owned),
-                           self.generation, self.client_rack))) for a in self.assignors]
-        request = JoinGroupRequest(
-            group_id=self.group_id, session_timeout_ms=self.session_timeout_ms,
-            rebalance_timeout_ms=self.rebalance_timeout_ms, member_id=self.member_id,
-            group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
-            protocols=protocols)
-        self.rejoin_reason = None  # a rejoin asked for from now on needs another round
-        self._joining = True  # no heartbeats until the round is over (Kafka's rule)
-        try:
-            return await self._join_and_sync_once(request)
-        finally:
-            self._joining = False
-            self._synced.set()
-            self._heartbeat_wake.set()
-
-    async def _join_and_sync_once(self, request: JoinGroupRequest) -> Assignment | None:
-        answer: JoinGroupResponse = await self._request(
-            11, request, timeout_ms=max(self.request_timeout_ms,
-                                        self.rebalance_timeout_ms + JOIN_TIMEOUT_EXTRA_MS))
-        code = answer.error_code
-        if code == E.MEMBER_ID_REQUIRED:
-            self.member_id = answer.member_id
-            self.rejoin_reason = "member id assigned"
-            return await self._join_and_sync()
-        if code:
-            self._join_failed(code, "JoinGroup")
-            return None
-        self.member_id, self.generation = answer.member_id, answer.generation_id
-        self.protocol, self.leader_id = answer.protocol_name, answer.leader
-        self._synced.clear()
-        leading = answer.leader == answer.member_id
-        assignments: list[SyncGroupRequestAssignment] = []
-        if leading:
-            assignments = await self._lead(answer)
-        sync: SyncGroupResponse = await self._request(14, SyncGroupRequest(
-            group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-            group_instance_id=self.group_instance_id, protocol_type=PROTOCOL_TYPE,
-            protocol_name=self.protocol, assignments=assignments))
-        if sync.error_code:
-            self._join_failed(sync.error_code, "SyncGroup")
-            return None
-        try:
-            assignment = decode_assignment(sync.assignment)
-        except ValueError as exc:
-            raise KafkaError(f"group {self.group_id}: unreadable assignment from the leader: "
-                             f"{exc}") from exc
-        log.info("group %s: generation %d (%s, %s%s): assigned %s", self.group_id,
-                 self.generation, self.protocol, "cooperative" if self.cooperative else "eager",
-                 ", leader" if leading else "", _names(assignment.partitions))
-        return assignment
-
-    def _join_failed(self, code: int, what: str) -> None:
-        name = _code_name(code)
-        # The group moved on without us: rejoin at once, as Java does (bench/groups.py measured
-        # 100 ms more per such round with the backoff). Backoff for coordinator moves and loads.
-        self._rejoin_at_once = code in (E.REBALANCE_IN_PROGRESS, E.UNKNOWN_MEMBER_ID,
-                                        E.ILLEGAL_GENERATION, E.MEMBER_ID_REQUIRED)
-        if code in FATAL_JOIN:
-            raise error_for(code, f"{what} for group {self.group_id}")
-        if code in COORDINATOR_GONE:
-            self._coordinator_lost(f"{what}: {name}")
-        elif code == E.UNKNOWN_MEMBER_ID:
-            self.member_id, self.generation = "", NO_GENERATION
-        elif code == E.ILLEGAL_GENERATION:
-            self.generation = NO_GENERATION
-        elif code not in RETRY_LATER and code != E.REBALANCE_IN_PROGRESS:
-            raise error_for(code, f"{what} for group {self.group_id}")
-        log.info("group %s: %s answered %s; joining again", self.group_id, what, name)
-        self.rejoin_reason = self.rejoin_reason or f"{what}: {name}"
-
-    async def _lead(self, answer: JoinGroupResponse) -> list[SyncGroupRequestAssignment]:
-        """As the leader: the members' subscriptions, the partitions of their topics, and the
-        chosen assignor's answer."""
-        assignor = next((a for a in self.assignors if a.name == answer.protocol_name), None)
-        if assignor is None:
-            raise KafkaError(f"group {self.group_id}: the coordinator chose protocol "
-                             f"{answer.protocol_name!r}, which we did not offer")
-        subscriptions = {}
-        for m in answer.members:
-            try:
-                sub = decode_subscription(m.metadata)
-            except ValueError as exc:
-                log.warning("group %s: member %s sent an unreadable subscription (%s); it gets "
-                            "nothing", self.group_id, m.member_id, exc)
-                sub = Subscription(topics=[])
-            sub.group_instance_id = m.group_instance_id
-            subscriptions[m.member_id] = sub
-        topics = set().union(*(set(s.topics) for s in subscriptions.values()))
-        counts = await self._partition_counts_of(topics)
-        self._group_topics, self._partition_counts = topics, counts
-        result = assignor.assign(counts, subscriptions)
-        return [SyncGroupRequestAssignment(member_id=member, assignment=encode_assignment(a))
-                for member, a in result.items()]
-
-    async def _partition_counts_of(self, topics: set[str]) -> dict[str, int]:
-        if not topics:
-            return {}
-        await self.cluster.refresh(sorted(topics))
-        counts = {}
-        for topic in topics:
-            views = self.cluster.partitions_of(topic)
-            if views and self.cluster.topic_errors.get(topic, 0) == 0:
-                counts[topic] = len(views)
-        return counts
-
-    async def _take(self, assignment: Assignment) -> None:
-        new = {tp for tp in assignment.partitions if tp.topic in self.topics}
-        added = new - self.owned
-        revoked = self.owned - new
-        if revoked:  # cooperative: give up what moved, then rejoin so it can be handed out
-            if self.enable_auto_commit:
-                await self._commit_before_revoke(revoked)
-            await self._call_listener("on_partitions_revoked", revoked)
-            self.request_rejoin(f"revoked {_names(revoked)} for others to take")
-        committed = await self.committed(added) if added else {}
-        self.owned = new
-        self.consumer._group_assign(new, {tp: c for tp, c in committed.items() if c})
-        self.rebalances += 1
-        await self._call_listener("on_partitions_assigned", added)
-        self._heartbeat_wake.set()
+            log.warning("group %s: commit %s failed: %s", self.group_id, why, exc)
 
     async def _call_listener(self, name: str, partitions: set[TopicPartition]) -> None:
         """The listener's callback. What it raises does not stop the rebalance (a member stuck
-        half way would hold up the whole group): as in Java, the round completes and poll()
-        raises the first such error afterwards."""
+        half way would hold up the whole group): poll() raises it afterwards."""
         try:
             result = getattr(self.listener, name)(partitions)
             if inspect.isawaitable(result):
@@ -626,202 +455,175 @@ class GroupMember:
             if self._listener_error is None:
                 self._listener_error = exc
 
-    async def _check_metadata(self) -> None:
-        """Every metadata_max_age_ms: a pattern's topics, and (the leader) the partition counts of
-        the group's topics. A change means a new round."""
-        now = time.monotonic()
-        if now - self._metadata_checked < self.metadata_max_age_ms / 1000:
-            return
-        self._metadata_checked = now
+    async def _check_metadata(self, action: CheckMetadata) -> None:
+        topics: set[str] | None = None
+        counts: dict[str, int] | None = None
         try:
-            if self.pattern is not None:
+            if action.pattern:
                 await self.cluster.refresh(None)
-                wanted = self._matching(self.cluster_topics())
-                if wanted != self.topics:
-                    self.topics = wanted
-                    self.request_rejoin(f"pattern now matches {sorted(wanted)}")
-            if self.leader_id and self.leader_id == self.member_id and self._group_topics:
-                counts = await self._partition_counts_of(self._group_topics)
-                if counts != self._partition_counts:
-                    self.request_rejoin("the group's topics changed their partitions")
+                topics = {t for t, _ in self.cluster.partitions}
+            if action.group_topics:
+                counts = await self._partition_counts_of(action.group_topics)
         except NETWORK_ERRORS as exc:
             log.debug("group %s: metadata check failed: %r", self.group_id, exc)
-            self._metadata_checked = 0.0
+        self.machine.metadata_checked(now_ms(), topics, counts)
 
-    # ------------------------------------------------------------------ heartbeats
-    def _ensure_heartbeat(self) -> None:
-        if self._heartbeat is None or self._heartbeat.done():
-            self._heartbeat = asyncio.get_running_loop().create_task(self._heartbeats())
-
-    async def _heartbeats(self) -> None:
-        interval = self.heartbeat_interval_ms / 1000
-        while not self._closed:
-            self._heartbeat_wake.clear()
-            try:
-                async with asyncio.timeout(interval):
-                    await self._heartbeat_wake.wait()
-                continue  # woken: a round completed, start the interval anew
-            except TimeoutError:
-                pass
-            if self.generation == NO_GENERATION or self._joining:
-                continue  # no generation, or a JoinGroup/SyncGroup is on the wire
-            if time.monotonic() - self._last_poll > self.max_poll_interval_ms / 1000:
-                await self._poll_interval_exceeded()
-                continue
-            await self._heartbeat_once()
-
-    async def _heartbeat_once(self) -> None:
-        generation = self.generation
-        try:
-            answer: HeartbeatResponse = await self._request(12, HeartbeatRequest(
-                group_id=self.group_id, generation_id=self.generation, member_id=self.member_id,
-                group_instance_id=self.group_instance_id),
-                timeout_ms=min(self.request_timeout_ms, self.session_timeout_ms))
-        except NETWORK_ERRORS as exc:
-            log.debug("group %s: heartbeat failed: %r", self.group_id, exc)
-            return
-        except KafkaError as exc:
-            log.info("group %s: heartbeat: %s", self.group_id, exc)
-            return
-        code = answer.error_code
-        if code == 0:
-            return
-        if self._joining or self.generation != generation:
-            return  # an answer about the round before the one now under way
-        if code == E.REBALANCE_IN_PROGRESS:
-            self.request_rejoin("the coordinator is rebalancing the group")
-        elif code in COORDINATOR_GONE:
-            self._coordinator_lost(f"heartbeat: {_code_name(code)}")
-        elif code in (E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION):
-            if code == E.UNKNOWN_MEMBER_ID:
-                self.member_id = ""
-            self.generation = NO_GENERATION
-            self.request_rejoin(f"heartbeat: {_code_name(code)}")
-        elif code == E.FENCED_INSTANCE_ID:
-            self._fatal = error_for(code, f"heartbeat of group {self.group_id}")
-            self.consumer._data.set()
-        else:
-            log.info("group %s: heartbeat error %d", self.group_id, code)
-
-    async def _poll_interval_exceeded(self) -> None:
-        log.warning("group %s: poll() not called for max_poll_interval_ms (%d ms): leaving the "
-                    "group; the next poll() joins again", self.group_id,
-                    self.max_poll_interval_ms)
-        await self._leave("max_poll_interval_ms exceeded")
-        self._left_for_poll_interval = True
-
-    async def _leave(self, why: str) -> None:
-        """LeaveGroup for a dynamic member with a member id (a static member keeps its place
-        for the session, as Kafka's do). Forgets the generation either way."""
-        member_id, generation = self.member_id, self.generation
-        self.generation = NO_GENERATION
-        if self.group_instance_id is None:
-            self.member_id = ""
-        if self.group_instance_id is not None or not member_id:
-            return
-        try:
-            answer: LeaveGroupResponse = await self._request(13, LeaveGroupRequest(
-                group_id=self.group_id, member_id=member_id,
-                members=[MemberIdentity(member_id=member_id)]))
-            log.info("group %s: left (generation %d): %s%s", self.group_id, generation, why,
-                     f" (error {answer.error_code})" if answer.error_code else "")
-        except (KafkaError, *NETWORK_ERRORS) as exc:
-            log.info("group %s: LeaveGroup failed (%r); the session timeout will expel us",
-                     self.group_id, exc)
-
-    # ------------------------------------------------------------------ offsets
-    async def commit(self, offsets: Mapping[TopicPartition, tuple[int, int]]) -> None:
-        """Commit (offset, leader epoch) per partition for this member's generation. Retries
-        coordinator moves and loads; CommitFailedError if the group rebalanced meanwhile."""
-        if not offsets:
-            return
-        if not self._synced.is_set():
-            # Between our JoinGroup's answer and our SyncGroup's the group is
-            # CompletingRebalance, where the coordinator refuses commits (Kafka's consumer fails
-            # them up front). Cooperative members keep reading then, so wait for the sync.
-            try:
-                async with asyncio.timeout(self.request_timeout_ms / 1000):
-                    await self._synced.wait()
-            except TimeoutError:
-                raise CommitFailedError(f"group {self.group_id}: a rebalance is completing; "
-                                        "poll() and commit again") from None
-        request = commit_request(self.group_id, self.generation, self.member_id,
-                                 self.group_instance_id, offsets)
-        _, codes = await self._ask_coordinator(8, request, "OffsetCommit", commit_errors)
-        if not codes:
-            log.debug("group %s: committed %s", self.group_id,
-                      {f"{tp.topic}-{tp.partition}": v for tp, v in offsets.items()})
-            return
-        code = min(codes)
-        if codes & REBALANCED:
-            if code != E.REBALANCE_IN_PROGRESS:
-                self.generation = NO_GENERATION
-                if code == E.UNKNOWN_MEMBER_ID:
-                    self.member_id = ""
-            if self._join is None or self._join.done():
-                # (a round under way settles it: asking for another after it made members
-                # that commit during rounds rebalance for ever)
-                self.request_rejoin(f"OffsetCommit: {_code_name(code)}")
-            raise CommitFailedError(
-                f"group {self.group_id}: commit refused ({_code_name(code)}): the group "
-                "rebalanced; poll() again to rejoin")
-        raise error_for(code, f"commit offsets of group {self.group_id}")
-
-    async def committed(self, partitions: Iterable[TopicPartition]) -> Committed:
-        """(offset, leader epoch) committed per partition, None where nothing is committed."""
-        wanted = set(partitions)
+    async def _partition_counts_of(self, topics: Iterable[str]) -> dict[str, int]:
+        wanted = sorted(topics)
         if not wanted:
             return {}
-        answer, codes = await self._ask_coordinator(
-            9, fetch_request(self.group_id, wanted), "OffsetFetch", fetch_errors,
-            RETRY_LATER | {E.UNSTABLE_OFFSET_COMMIT})
-        if codes:
-            raise error_for(min(codes), f"fetch committed offsets of group {self.group_id}")
-        return committed_offsets(answer, wanted)
+        await self.cluster.refresh(wanted)
+        counts = {}
+        for topic in wanted:
+            views = self.cluster.partitions_of(topic)
+            if views and self.cluster.topic_errors.get(topic, 0) == 0:
+                counts[topic] = len(views)
+        return counts
 
-    async def _ask_coordinator(self, key: int, request: Any, what: str,
-                               errors_of: Callable[[Any], set[int]],
-                               retry: frozenset[int] = RETRY_LATER) -> tuple[Any, set[int]]:
-        """Send request to the coordinator; again after a network error, a coordinator move,
-        or only error codes in retry, for up to request_timeout_ms (a coordinator failover
-        takes a broker's session to be noticed, so a count of tries is the wrong bound). The
-        answer and its error codes (empty: all went well)."""
-        last = ""
-        deadline = time.monotonic() + self.request_timeout_ms / 1000
-        attempts = 0
-        while attempts == 0 or time.monotonic() < deadline:
-            attempts += 1
-            try:
-                answer = await self._request(key, request)
-            except NETWORK_ERRORS as exc:
-                last = repr(exc)
+    # ------------------------------------------------------------------ the wire
+    def _apply(self, actions: list[Action]) -> None:
+        """Actions that may come from any task: requests, answers to waiters, a dropped
+        coordinator. (The machine never answers a wire event with a listener callback.)"""
+        for action in actions:
+            match action:
+                case Send():
+                    self._spawn(self._send(action))
+                case FindCoordinator(rid=rid):
+                    self._spawn(self._find(rid))
+                case NeedPartitionCounts(rid=rid, topics=topics):
+                    self._spawn(self._counts(rid, topics))
+                case DropCoordinator(why=why):
+                    self._drop_coordinator(why)
+                case Done(rid=rid):
+                    fut = self._done.get(rid)
+                    if fut is None:
+                        fut = self._done[rid] = asyncio.get_running_loop().create_future()
+                    if not fut.done():
+                        fut.set_result(action)
+                case _:
+                    raise AssertionError(f"{action} outside poll(): a machine bug")
+        self._log_notes()
+        self._wake.set()
+        self._changed.set()
+        if self.machine.rejoin_reason is not None or self.machine.fatal is not None or \
+                self.machine.phase is Phase.UNJOINED:
+            self.consumer.wake()  # a poll() waiting for records goes round to rejoin
+
+    def _log_notes(self) -> None:
+        for note in self.machine.take_notes():
+            log.info("group %s: %s", self.group_id, note)
+
+    def _spawn(self, coro: Any) -> None:
+        if self._closed and self.machine.phase is Phase.CLOSED:
+            coro.close()
+            return
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _send(self, send: Send) -> None:
+        try:
+            if self._coordinator_addr is None or self._coordinator_addr[0] != send.node:
+                raise ConnectionError(f"the coordinator is no longer broker {send.node}")
+            answer = await self._request(send.api, send.request, send.timeout_ms)
+        except NETWORK_ERRORS as exc:
+            self._apply(self.machine.on_failure(now_ms(), send.rid, repr(exc), send.attempt))
+            return
+        self._apply(self.machine.on_response(now_ms(), send.rid, answer, send.attempt))
+
+    async def _request(self, key: int, message: Any, timeout_ms: int | None = None) -> Any:
+        """One request on the coordinator's connection (tests wrap this to delay an API)."""
+        conn = await self._coordinator_conn()
+        api = APIS[key]
+        return await conn.request(api, conn.version_for(api), message, timeout_ms=timeout_ms)
+
+    async def _coordinator_conn(self) -> Connection:
+        conn = self._coordinator
+        if conn is not None and not conn.closed:
+            return conn
+        if self._coordinator_addr is None or self.machine.coordinator is None:
+            raise ConnectionError("the coordinator is not known")
+        node, host, port = self._coordinator_addr
+        conn = await Connection(host, port, client_id=self.cluster.client_id,
+                                request_timeout_ms=self.settings.request_timeout_ms).connect()
+        if self._coordinator is not None or self._closed and \
+                self.machine.phase is Phase.CLOSED:
+            await conn.close()  # another task connected meanwhile, or we are closed
+            if self._coordinator is None:
+                raise ConnectionError("the group member is closed")
+            return self._coordinator
+        self._coordinator = conn
+        return conn
+
+    def _drop_coordinator(self, why: str) -> None:
+        conn, self._coordinator = self._coordinator, None
+        if conn is not None:
+            log.debug("group %s: closing the coordinator's connection: %s", self.group_id, why)
+            self._spawn(conn.close())
+
+    async def _find(self, rid: int) -> None:
+        try:
+            conn = await self.cluster.idle_connection()
+            find = APIS[ApiKey.FIND_COORDINATOR]
+            version = conn.version_for(find)
+            if version >= 4:
+                request = FindCoordinatorRequest(key_type=0, coordinator_keys=[self.group_id])
             else:
-                codes = errors_of(answer)
-                last = ", ".join(sorted(_code_name(c) for c in codes))
-                if codes & COORDINATOR_GONE:
-                    self._coordinator_lost(f"{what}: {last}")
-                elif not codes <= retry or not codes:
-                    return answer, codes
-            await asyncio.sleep(self.retry_backoff_ms / 1000)
-        raise KafkaError(f"group {self.group_id}: {what} failed after {attempts} attempts in "
-                         f"{self.request_timeout_ms} ms: {last}")
+                request = FindCoordinatorRequest(key=self.group_id, key_type=0)
+            answer: FindCoordinatorResponse = await conn.request(find, version, request)
+        except NETWORK_ERRORS as exc:
+            self._apply(self.machine.on_coordinator(now_ms(), rid, -1, -1, repr(exc)))
+            return
+        if version >= 4:
+            c = answer.coordinators[0]
+            code, node, host, port = c.error_code, c.node_id, c.host, c.port
+        else:
+            code, node, host, port = answer.error_code, answer.node_id, answer.host, answer.port
+        if code == 0:
+            if self._coordinator_addr != (node, host, port):
+                log.info("group %s: coordinator is broker %d at %s:%d", self.group_id, node,
+                         host, port)
+                self._drop_coordinator("the coordinator moved")
+            self._coordinator_addr = (node, host, port)
+        self._apply(self.machine.on_coordinator(now_ms(), rid, code, node))
 
-    def metrics(self) -> dict[str, Any]:
-        return {"group_id": self.group_id, "member_id": self.member_id,
-                "generation": self.generation, "protocol": self.protocol,
-                "leader": self.leader_id == self.member_id and bool(self.member_id),
-                "leader_id": self.leader_id,
-                "coordinator": self._coordinator_id, "rebalances": self.rebalances,
-                "assigned": sorted(self.owned)}
+    async def _counts(self, rid: int, topics: frozenset[str]) -> None:
+        try:
+            counts = await self._partition_counts_of(topics)
+        except NETWORK_ERRORS as exc:
+            self._apply(self.machine.on_partition_counts(now_ms(), rid, None, repr(exc)))
+            return
+        self._apply(self.machine.on_partition_counts(now_ms(), rid, counts))
 
+    # ------------------------------------------------------------------ time
+    def _ensure_ticker(self) -> None:
+        if (self._ticker is None or self._ticker.done()) and not self._closed:
+            self._ticker = asyncio.get_running_loop().create_task(self._tick())
 
-def _names(partitions: Iterable[TopicPartition]) -> str:
-    parts = sorted(partitions)
-    return ", ".join(f"{t}-{p}" for t, p in parts) if parts else "nothing"
+    async def _tick(self) -> None:
+        while self.machine.phase is not Phase.CLOSED:
+            deadline = self.machine.next_deadline()
+            self._wake.clear()
+            if deadline is not None:
+                delay_s = max(TICK_MS_MIN, deadline - now_ms()) / 1000
+            try:
+                async with asyncio.timeout(None if deadline is None else delay_s):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+            self._apply(self.machine.tick(now_ms()))
 
+    async def _wait_until(self, done: Any, deadline: float) -> None:
+        """Until done() or the loop time deadline, woken by every answer to the machine."""
+        loop = asyncio.get_running_loop()
+        while not done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self._changed.clear()
+            try:
+                async with asyncio.timeout(remaining):
+                    await self._changed.wait()
+            except TimeoutError:
+                return
 
-def _code_name(code: int) -> str:
-    try:
-        return E(code).name
-    except ValueError:
-        return str(code)

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from protocol.apis.offset_commit import (
+from epochlog.protocol.apis.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
     OffsetCommitResponse,
 )
-from protocol.apis.offset_fetch import (
+from epochlog.protocol.apis.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchRequestTopic,
     OffsetFetchResponse,

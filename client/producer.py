@@ -1,22 +1,22 @@
 """The asyncio producer: batching, compression, idempotence, KIP-359 fencing, back-pressure.
 
     async with Producer(bootstrap_servers="127.0.0.1:9092", acks="all") as producer:
-        meta = await producer.send("orders", value=b"...", key=b"k")   # acknowledged
-        futures = [await producer.enqueue("orders", value=v) for v in values]  # throughput
+        fut = await producer.send("orders", value=b"...", key=b"k")  # queued in its batch
+        meta = await fut                                              # acknowledged
+        meta = await producer.send_and_wait("orders", value=b"...")   # both at once
         await producer.flush()
 
-Three ways to send, one path underneath:
-- `await send(...)` -> RecordMetadata once the record is acknowledged (aiokafka's
-  `send_and_wait`; the issue's API). Awaiting each send in turn sends one record per request, so
-  it is the slow way to send many.
-- `await enqueue(...)` -> DeliveryFuture: returns as soon as the record is in a batch, waiting
-  only while the buffer is full (at most max_block_ms) or the topic's metadata is unknown. Await
-  the DeliveryFuture (or call flush) for the RecordMetadata. This is aiokafka's `send`, and the
-  way to produce at full speed.
-- `send_nowait(...)` -> DeliveryFuture, synchronously: like enqueue but it never waits; it raises
-  BufferFullError when the buffer is full, and UnknownTopicOrPartitionError (after starting a
-  metadata fetch) for a topic whose metadata is not loaded yet (`await partitions_for(topic)`).
-  confluent-kafka's `produce()` in spirit.
+Three ways to send, one path underneath, as Kafka's clients name them:
+- `await send(...)` -> DeliveryFuture: returns as soon as the record is in its batch, waiting only
+  while the buffer is full or the topic's metadata is unknown (together at most max_block_ms).
+  Await the DeliveryFuture (or call flush) for the RecordMetadata. This is the `send` of Java's
+  producer, kafka-python and aiokafka, so a loop of `await producer.send(...)` runs at full speed.
+- `await send_and_wait(...)` -> RecordMetadata once the record is acknowledged (aiokafka's name).
+  Awaiting each in turn sends one record per request: the slow way to send many.
+- `send_nowait(...)` -> DeliveryFuture, synchronously, for code that cannot await: it never
+  waits; it raises BufferFullError when the buffer is full, and UnknownTopicOrPartitionError
+  (after starting a metadata fetch) for a topic whose metadata is not loaded yet
+  (`await partitions_for(topic)` first). confluent-kafka's `produce()` in spirit.
 
 Theory of operation
 -------------------
@@ -31,9 +31,9 @@ Every partition entry carries the leader epoch from our metadata (KIP-359, Produ
 field 359); a broker without the field ignores it. Answers:
 - success, or DUPLICATE_SEQUENCE_NUMBER (a retry of a batch already written): the batch's
   records resolve to RecordMetadata;
-- NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, LEADER_NOT_AVAILABLE, UNKNOWN_TOPIC_OR_PARTITION:
-  metadata is refreshed and the batch retried after retry_backoff_ms; UNKNOWN_LEADER_EPOCH (the
-  broker has not caught up with our metadata) is retried after the backoff with a refresh then;
+- errors that say our metadata is stale (client.retriable: NOT_LEADER_OR_FOLLOWER,
+  FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH, LEADER_NOT_AVAILABLE, ...): metadata is refreshed
+  and the batch retried after retry_backoff_ms;
 - other retriable errors and lost connections: retried after the backoff;
 - MESSAGE_TOO_LARGE (the broker's or topic's max message bytes is below our batch): a batch of
   several records is split in two halves that take its place, in order and with its sequences
@@ -44,8 +44,8 @@ field 359); a broker without the field ignores it. Answers:
   sequence under a bumped producer epoch and the batch is retried;
 - anything else fails the batch's records with the error's exception.
 Every retry stays within delivery_timeout_ms of the batch's creation; past it the records fail
-with KafkaTimeoutError. Memory: at most buffer_memory bytes of batches exist at once; enqueue and
-send wait for room (at most max_block_ms), send_nowait refuses.
+with KafkaTimeoutError. Memory: at most buffer_memory bytes of batches exist at once; send and
+send_and_wait wait for room (at most max_block_ms), send_nowait refuses.
 """
 
 from __future__ import annotations
@@ -59,30 +59,39 @@ from collections.abc import Callable, Generator, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
-from protocol.apis.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, ProduceResponse, \
-    TopicProduceData
-from protocol.compression import Compression
-from protocol.error_codes import ErrorCode, info
-from protocol.registry import APIS
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from epochlog.protocol.apis.produce import (
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
+from epochlog.protocol.compression import Compression
+from epochlog.protocol.error_codes import ErrorCode, info
+from epochlog.protocol.registry import APIS
 
 from .accumulator import Accumulator, Batch, PartitionQueue, ProducerIdentity
-from .cluster import ClusterClient
+from .cluster import Bootstrap, ClusterClient
 from .connection import NoCommonVersion
-from .errors import BufferFullError, KafkaConnectionError, KafkaError, KafkaTimeoutError, \
-    MessageTooLargeError, ProducerClosedError, UnknownTopicOrPartitionError, error_for
+from .errors import (
+    BufferFullError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaTimeoutError,
+    ProducerClosedError,
+    UnknownTopicOrPartitionError,
+    error_for,
+)
 from .partitioner import partition_for_key
+from .retriable import refresh_before_retry
 from .types import RecordMetadata, TopicPartition
 
 log = logging.getLogger("epochlog.producer")
 
 E = ErrorCode
-_PRODUCE = APIS[0]
-_INIT_PRODUCER_ID = APIS[22]
-# Errors after which our metadata is stale: refresh it before the retry (KIP-320, KIP-359).
-_REFRESH_AND_RETRY = frozenset({E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH,
-                                E.LEADER_NOT_AVAILABLE, E.UNKNOWN_TOPIC_OR_PARTITION,
-                                E.UNKNOWN_LEADER_EPOCH, E.KAFKA_STORAGE_ERROR})
+_PRODUCE = APIS[ApiKey.PRODUCE]
+_INIT_PRODUCER_ID = APIS[ApiKey.INIT_PRODUCER_ID]
 _SEQUENCE_ERRORS = frozenset({E.OUT_OF_ORDER_SEQUENCE_NUMBER, E.UNKNOWN_PRODUCER_ID})
 _CODECS = {None: Compression.NONE, "none": Compression.NONE, "gzip": Compression.GZIP,
            "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
@@ -151,7 +160,7 @@ class _Topic:
 
 
 class Producer:
-    def __init__(self, bootstrap_servers: str = "127.0.0.1:9092", *,
+    def __init__(self, bootstrap_servers: Bootstrap = "127.0.0.1:9092", *,
                  client_id: str = "epochlog-producer",
                  acks: Literal["all", 0, 1, -1] | str | int = "all",
                  enable_idempotence: bool | None = None,
@@ -220,6 +229,7 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._identity = ProducerIdentity()
+        self._pid_attempts = 0  # InitProducerId attempts so far (each retry asks another broker)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: Accumulator | None = None
         self._open_acc: Accumulator | None = None  # the accumulator while records are taken
@@ -324,28 +334,26 @@ class Producer:
     # ------------------------------------------------------------------------------ sending
     async def send(self, topic: str, value: Any = None, key: Any = None, *,
                    headers: Headers | None = None, partition: int | None = None,
-                   timestamp_ms: int | None = None) -> RecordMetadata:
-        """Send one record and return its metadata once acknowledged (acks=0: once written).
-        RecordTooLargeError at once for a record that could never be sent."""
-        delivery = await self.enqueue(topic, value, key, headers=headers, partition=partition,
-                                      timestamp_ms=timestamp_ms)
-        self._wake()
-        return await delivery
-
-    send_and_wait = send  # the name aiokafka users know
-
-    async def enqueue(self, topic: str, value: Any = None, key: Any = None, *,
-                      headers: Headers | None = None, partition: int | None = None,
-                      timestamp_ms: int | None = None) -> DeliveryFuture:
+                   timestamp_ms: int | None = None) -> DeliveryFuture:
         """Add one record to its batch and return its DeliveryFuture, waiting only while the
-        buffer is full or the topic's metadata is being fetched (at most max_block_ms)."""
+        buffer is full or the topic's metadata is being fetched (at most max_block_ms).
+        RecordTooLargeError at once for a record that could never be sent."""
         delivery = self._append(topic, value, key, headers, partition, timestamp_ms)
         if delivery is None:
-            return await self._enqueue_slow(topic, value, key, headers, partition, timestamp_ms)
+            return await self._send_slow(topic, value, key, headers, partition, timestamp_ms)
         if self._yield_due:  # a batch just filled: let the sender run before the next one
             self._yield_due = False
             await asyncio.sleep(0)
         return delivery
+
+    async def send_and_wait(self, topic: str, value: Any = None, key: Any = None, *,
+                            headers: Headers | None = None, partition: int | None = None,
+                            timestamp_ms: int | None = None) -> RecordMetadata:
+        """Send one record and return its metadata once acknowledged (acks=0: once written)."""
+        delivery = await self.send(topic, value, key, headers=headers, partition=partition,
+                                   timestamp_ms=timestamp_ms)
+        self._wake()
+        return await delivery
 
     def send_nowait(self, topic: str, value: Any = None, key: Any = None, *,
                     headers: Headers | None = None, partition: int | None = None,
@@ -425,7 +433,7 @@ class Producer:
             return t.sticky
         return next(self._round_robin) % count
 
-    async def _enqueue_slow(self, topic: str, value: Any, key: Any, headers: Headers | None,
+    async def _send_slow(self, topic: str, value: Any, key: Any, headers: Headers | None,
                             partition: int | None, timestamp_ms: int | None) -> DeliveryFuture:
         """Wait for the topic's metadata or for memory, within max_block_ms, then append."""
         assert self._loop is not None and self._memory_freed is not None
@@ -497,7 +505,7 @@ class Producer:
                                         + (f" (last error {info(code).name})" if code else ""))
             try:
                 await self._refresh([topic], auto_create=True)
-            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            except (ConnectionError, OSError, TimeoutError) as exc:
                 log.debug("metadata for %s failed: %s", topic, exc)
             if not self._topics[topic].queues:
                 await asyncio.sleep(min(left, max(self._retry_backoff_s, METADATA_WAIT_STEP_S)))
@@ -519,7 +527,7 @@ class Producer:
     async def _metadata_loop_once(self) -> None:
         try:
             await self._refresh()
-        except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError, KafkaError) as exc:
+        except (ConnectionError, OSError, TimeoutError, KafkaError) as exc:
             log.debug("metadata refresh failed: %s", exc)
         finally:
             self._metadata_task = None
@@ -600,9 +608,16 @@ class Producer:
                     timer.cancel()
 
     async def _init_producer_id(self) -> None:
-        """One InitProducerId attempt (the sender retries on its next round, after backoff)."""
+        """One InitProducerId attempt (the sender retries on its next round, after backoff).
+        Each attempt after a failed one asks the next broker we know, as Java's client asks its
+        least loaded node: a broker that cannot answer (its disk is full) is not asked forever."""
         try:
-            conn = await self.cluster.any_connection()
+            known, attempt = sorted(self.cluster.brokers), self._pid_attempts
+            self._pid_attempts += 1
+            if attempt and known:
+                conn = await self.cluster.connection(known[attempt % len(known)])
+            else:
+                conn = await self.cluster.any_connection()
             answer: InitProducerIdResponse = await conn.request(
                 _INIT_PRODUCER_ID, conn.version_for(_INIT_PRODUCER_ID),
                 InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=-1))
@@ -612,7 +627,7 @@ class Producer:
             assert self._acc is not None
             self._acc.idempotent = False
             return
-        except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+        except (ConnectionError, OSError, TimeoutError) as exc:
             log.info("InitProducerId failed (%s); retrying", exc)
             return
         if answer.error_code:
@@ -642,7 +657,7 @@ class Producer:
                 answer: ProduceResponse | None = await conn.request(
                     _PRODUCE, conn.version_for(_PRODUCE), request,
                     expect_response=self._acks != 0)
-            except (ConnectionError, OSError, asyncio.TimeoutError, TimeoutError) as exc:
+            except (ConnectionError, OSError, TimeoutError) as exc:
                 self.cluster.node_failed(node)  # backs off the reconnect, asks for metadata
                 for b in batches:
                     self._retry(b, KafkaConnectionError(f"broker {node}: {exc}"))
@@ -683,7 +698,7 @@ class Producer:
             self.fenced_epoch_errors += 1
         elif code == E.UNKNOWN_LEADER_EPOCH:
             self.unknown_epoch_errors += 1
-        if code in _REFRESH_AND_RETRY:
+        if refresh_before_retry(code):
             self.cluster.request_update()
             self._retry(b, exc)
         elif code == E.MESSAGE_TOO_LARGE and b.record_count > 1 and not self._closed:

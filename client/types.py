@@ -56,3 +56,32 @@ class ConsumerRecord(msgspec.Struct, frozen=True, gc=False):
     @property
     def topic_partition(self) -> TopicPartition:
         return TopicPartition(self.topic, self.partition)
+
+
+class FetchedBatch(msgspec.Struct, frozen=True, gc=False):
+    """One record batch as Consumer.poll_batches() hands it out: CRC-checked and decompressed,
+    its records still packed in Kafka's record format (v2), for readers that decode many records
+    at once (a columnar decoder) rather than one object per record.
+
+    records is the batch's records section (what follows the 61-byte header), uncompressed;
+    it holds record_count records whose offsets are base_offset + their offset delta. Records
+    below first_offset were handed out before (by poll(), or the batch starts before a seek):
+    skip them. timestamp_type 0 is CreateTime (base_timestamp + each record's delta), 1
+    LogAppendTime (max_timestamp for every record). leader_epoch is the batch's partition leader
+    epoch (KIP-320)."""
+
+    topic: str
+    partition: int
+    base_offset: int
+    next_offset: int
+    first_offset: int
+    leader_epoch: int
+    timestamp_type: int
+    base_timestamp: int
+    max_timestamp: int
+    record_count: int
+    records: bytes | memoryview
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)

@@ -14,8 +14,7 @@ import signal
 import sys
 from typing import Any
 
-from epochlog.settings import (SettingsError, add_settings_arguments, load_from_args,
-                               setup_logging)
+from epochlog.settings import SettingsError, add_settings_arguments, load_from_args, setup_logging
 
 from .config import ControllerConfig
 

@@ -26,39 +26,73 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.apis.alter_partition import (AlterPartitionRequest, AlterPartitionResponse,
-                                           AlterPartitionResponsePartition,
-                                           AlterPartitionResponseTopic)
-from protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
-from protocol.apis.broker_heartbeat import BrokerHeartbeatRequest, BrokerHeartbeatResponse
-from protocol.apis.broker_registration import (BrokerRegistrationRequest,
-                                               BrokerRegistrationResponse)
-from protocol.apis.controlled_shutdown import (ControlledShutdownRequest,
-                                               ControlledShutdownResponse, RemainingPartition)
-from protocol.apis.create_partitions import (CreatePartitionsRequest, CreatePartitionsResponse,
-                                             CreatePartitionsTopicResult)
-from protocol.apis.create_topics import (CreatableTopicConfigs, CreatableTopicResult,
-                                         CreateTopicsRequest, CreateTopicsResponse)
-from protocol.apis.delete_topics import (DeletableTopicResult, DeleteTopicsRequest,
-                                         DeleteTopicsResponse)
-from protocol.apis.describe_configs import (DescribeConfigsRequest, DescribeConfigsResourceResult,
-                                            DescribeConfigsResponse, DescribeConfigsResult)
-from protocol.apis.elect_leaders import (ElectLeadersRequest, ElectLeadersResponse,
-                                         PartitionResult, ReplicaElectionResult)
-from protocol.apis.metadata import (MetadataRequest, MetadataResponse, MetadataResponseBroker,
-                                    MetadataResponsePartition, MetadataResponseTopic)
-from protocol.error_codes import ErrorCode
-from protocol.registry import APIS
-from protocol.schema import ZERO_UUID, Message
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.alter_partition import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    AlterPartitionResponsePartition,
+    AlterPartitionResponseTopic,
+)
+from epochlog.protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
+from epochlog.protocol.apis.broker_heartbeat import BrokerHeartbeatRequest, BrokerHeartbeatResponse
+from epochlog.protocol.apis.broker_registration import (
+    BrokerRegistrationRequest,
+    BrokerRegistrationResponse,
+)
+from epochlog.protocol.apis.controlled_shutdown import (
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    RemainingPartition,
+)
+from epochlog.protocol.apis.create_partitions import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+)
+from epochlog.protocol.apis.create_topics import (
+    CreatableTopicConfigs,
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+from epochlog.protocol.apis.delete_topics import (
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from epochlog.protocol.apis.describe_configs import (
+    DescribeConfigsRequest,
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+    DescribeConfigsSynonym,
+)
+from epochlog.protocol.apis.elect_leaders import (
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+    ReplicaElectionResult,
+)
+from epochlog.protocol.apis.metadata import (
+    MetadataRequest,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import ZERO_UUID, Message
 
-from . import topic_settings
+from . import outbound, topic_settings
+from .config_handlers import alter_configs, incremental_alter_configs
+from .describe_partitions import describe_topic_partitions
 from .model import NO_LEADER
 from .records import Listener
 from .state import ControllerState
 
 E = ErrorCode
-RESOURCE_TOPIC = 2
-CONFIG_SOURCE_TOPIC, CONFIG_SOURCE_DEFAULT = 1, 5  # Kafka's DYNAMIC_TOPIC_CONFIG, DEFAULT_CONFIG
+RESOURCE_TOPIC, RESOURCE_BROKER = 2, 4
 
 Handler = Callable[[ControllerState, Any, int, int], Message]
 
@@ -82,13 +116,14 @@ def broker_registration(state: ControllerState, req: BrokerRegistrationRequest, 
     listeners = [Listener(lst.name, lst.host, lst.port, lst.security_protocol)
                  for lst in req.listeners]
     error, epoch = state.register_broker(req.broker_id, req.incarnation_id, req.rack, listeners,
-                                         now_ms, req.cluster_id)
+                                         now_ms, req.cluster_id, req.previous_broker_epoch)
     return BrokerRegistrationResponse(error_code=error, broker_epoch=epoch)
 
 
 def broker_heartbeat(state: ControllerState, req: BrokerHeartbeatRequest, version: int,
                      now_ms: int) -> BrokerHeartbeatResponse:
-    r = state.heartbeat(req.broker_id, req.broker_epoch, now_ms, req.want_shut_down)
+    r = state.heartbeat(req.broker_id, req.broker_epoch, now_ms, req.want_shut_down,
+                        req.offline_log_dirs)
     return BrokerHeartbeatResponse(error_code=r.error, is_caught_up=r.error == 0,
                                    is_fenced=r.is_fenced, should_shut_down=r.should_shut_down)
 
@@ -153,13 +188,9 @@ def create_topics(state: ControllerState, req: CreateTopicsRequest, version: int
 
 def _created_configs(state: ControllerState, overrides: dict[str, str]
                      ) -> list[CreatableTopicConfigs]:
-    out = []
-    for name in sorted(topic_settings.SPECS):
-        own = name in overrides
-        out.append(CreatableTopicConfigs(
-            name=name, value=overrides[name] if own else state.topic_defaults.get(name),
-            config_source=CONFIG_SOURCE_TOPIC if own else CONFIG_SOURCE_DEFAULT))
-    return out
+    return [CreatableTopicConfigs(name=e.name, value=e.value, config_source=e.source)
+            for e in topic_settings.effective(overrides, state.topic_defaults,
+                                                 state.dynamic_defaults)]
 
 
 def delete_topics(state: ControllerState, req: DeleteTopicsRequest, version: int,
@@ -179,8 +210,8 @@ def delete_topics(state: ControllerState, req: DeleteTopicsRequest, version: int
             results.append(DeletableTopicResult(name=name, topic_id=topic_id, error_code=error))
             continue
         topic_id = found.topic_id
-        results.append(DeletableTopicResult(name=name, topic_id=topic_id,
-                                            error_code=state.delete_topic(name)))
+        results.append(DeletableTopicResult(name=found.name, topic_id=topic_id,
+                                            error_code=state.delete_topic(found.name)))
     return DeleteTopicsResponse(responses=results)
 
 
@@ -216,28 +247,57 @@ def elect_leaders(state: ControllerState, req: ElectLeadersRequest, version: int
 
 def describe_configs(state: ControllerState, req: DescribeConfigsRequest, version: int,
                      now_ms: int) -> DescribeConfigsResponse:
+    """Topic resources: every setting with its value in force, source and synonyms. BROKER
+    resources are answered by the brokers themselves (a broker relays only topics here)."""
     results = []
     for res in req.resources:
         out = DescribeConfigsResult(resource_type=res.resource_type,
                                     resource_name=res.resource_name, error_message=None)
-        configs = state.topic_configs(res.resource_name) \
+        topic = state.topics.get(res.resource_name) \
             if res.resource_type == RESOURCE_TOPIC else None
-        if res.resource_type != RESOURCE_TOPIC:
+        if res.resource_type == RESOURCE_BROKER and res.resource_name == "":
+            out.configs = _dynamic_defaults(state, res.configuration_keys)
+        elif res.resource_type != RESOURCE_TOPIC:
             out.error_code = E.INVALID_REQUEST
-            out.error_message = "the controller describes topic resources only"
-        elif configs is None:
+            out.error_message = "the controller describes topic resources; ask a broker for " \
+                                "its own settings"
+        elif topic is None:
             out.error_code = E.UNKNOWN_TOPIC_OR_PARTITION
             out.error_message = f"no topic {res.resource_name!r}"
         else:
             keys = res.configuration_keys
             out.configs = [DescribeConfigsResourceResult(
-                name=name, value=value, read_only=False,
-                config_source=CONFIG_SOURCE_TOPIC if own else CONFIG_SOURCE_DEFAULT,
-                config_type=topic_settings.SPECS[name].config_type,
-                documentation=topic_settings.SPECS[name].doc)
-                for name, (value, own) in configs.items() if not keys or name in keys]
+                name=e.name, value=e.value, read_only=False, config_source=e.source,
+                is_sensitive=False,
+                synonyms=[DescribeConfigsSynonym(name=n, value=v, source=src)
+                          for n, v, src in e.synonyms] if req.include_synonyms else [],
+                config_type=topic_settings.SPECS[e.name].config_type,
+                documentation=topic_settings.SPECS[e.name].doc
+                if req.include_documentation else None)
+                for e in topic_settings.effective(topic.configs, state.topic_defaults,
+                                                 state.dynamic_defaults)
+                if not keys or e.name in keys]
         results.append(out)
     return DescribeConfigsResponse(results=results)
+
+
+def _dynamic_defaults(state: ControllerState, keys: list[str] | None
+                      ) -> list[DescribeConfigsResourceResult]:
+    """The default BROKER resource, as Kafka describes it: the dynamic cluster-wide defaults
+    only, under Kafka's broker setting names."""
+    out = []
+    for name, value in sorted(state.dynamic_defaults.items()):
+        spec = topic_settings.SPECS[name]
+        broker_name = spec.broker_name or name
+        if keys and broker_name not in keys:
+            continue
+        out.append(DescribeConfigsResourceResult(
+            name=broker_name, value=value, read_only=False,
+            config_source=topic_settings.SOURCE_DYNAMIC_DEFAULT, is_sensitive=False,
+            synonyms=[DescribeConfigsSynonym(name=broker_name, value=value,
+                                             source=topic_settings.SOURCE_DYNAMIC_DEFAULT)],
+            config_type=spec.config_type, documentation=spec.doc))
+    return out
 
 
 def metadata(state: ControllerState, req: MetadataRequest, version: int,
@@ -245,8 +305,9 @@ def metadata(state: ControllerState, req: MetadataRequest, version: int,
     live = {i: b for i, b in state.brokers.items() if b.live}
     brokers = [MetadataResponseBroker(node_id=i, host=b.endpoint[0], port=b.endpoint[1],
                                       rack=b.rack) for i, b in sorted(live.items())]
+    names: list[str | None]
     if req.topics is None:
-        names: list[str | None] = sorted(state.topics)
+        names = list(sorted(state.topics))
     else:
         names = []
         for t in req.topics:
@@ -266,7 +327,7 @@ def metadata(state: ControllerState, req: MetadataRequest, version: int,
             error_code=E.LEADER_NOT_AVAILABLE if p.leader == NO_LEADER else 0,
             partition_index=i, leader_id=p.leader, leader_epoch=p.leader_epoch,
             replica_nodes=list(p.replicas), isr_nodes=list(p.isr),
-            offline_replicas=[r for r in p.replicas if r not in live])
+            offline_replicas=outbound.offline_replicas(state.brokers, topic.name, i, p))
             for i, p in sorted(topic.partitions.items())]
         topics.append(MetadataResponseTopic(name=name, topic_id=topic.topic_id,
                                             partitions=parts))
@@ -274,16 +335,27 @@ def metadata(state: ControllerState, req: MetadataRequest, version: int,
                             controller_id=state.controller_id, topics=topics)
 
 
+def _every_version(key: ApiKey, handler: Handler | None) -> Served:
+    api = APIS[key]
+    return Served(api.min_version, api.max_version, handler)
+
+
 HANDLERS: dict[int, Served] = {
-    3: Served(1, APIS[3].max_version, metadata),
-    7: Served(2, APIS[7].max_version, controlled_shutdown),
-    18: Served(0, APIS[18].max_version, None),
-    19: Served(APIS[19].min_version, APIS[19].max_version, create_topics),
-    20: Served(APIS[20].min_version, APIS[20].max_version, delete_topics),
-    32: Served(APIS[32].min_version, APIS[32].max_version, describe_configs),
-    37: Served(APIS[37].min_version, APIS[37].max_version, create_partitions),
-    43: Served(APIS[43].min_version, APIS[43].max_version, elect_leaders),
-    56: Served(APIS[56].min_version, APIS[56].max_version, alter_partition),
-    62: Served(APIS[62].min_version, APIS[62].max_version, broker_registration),
-    63: Served(APIS[63].min_version, APIS[63].max_version, broker_heartbeat),
+    ApiKey.METADATA: Served(1, APIS[ApiKey.METADATA].max_version, metadata),
+    ApiKey.CONTROLLED_SHUTDOWN: Served(2, APIS[ApiKey.CONTROLLED_SHUTDOWN].max_version,
+                                       controlled_shutdown),
+    ApiKey.API_VERSIONS: Served(0, APIS[ApiKey.API_VERSIONS].max_version, None),
+    ApiKey.CREATE_TOPICS: _every_version(ApiKey.CREATE_TOPICS, create_topics),
+    ApiKey.DELETE_TOPICS: _every_version(ApiKey.DELETE_TOPICS, delete_topics),
+    ApiKey.DESCRIBE_CONFIGS: _every_version(ApiKey.DESCRIBE_CONFIGS, describe_configs),
+    ApiKey.ALTER_CONFIGS: _every_version(ApiKey.ALTER_CONFIGS, alter_configs),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: _every_version(ApiKey.INCREMENTAL_ALTER_CONFIGS,
+                                                     incremental_alter_configs),
+    ApiKey.CREATE_PARTITIONS: _every_version(ApiKey.CREATE_PARTITIONS, create_partitions),
+    ApiKey.ELECT_LEADERS: _every_version(ApiKey.ELECT_LEADERS, elect_leaders),
+    ApiKey.DESCRIBE_TOPIC_PARTITIONS: _every_version(ApiKey.DESCRIBE_TOPIC_PARTITIONS,
+                                                     describe_topic_partitions),
+    ApiKey.ALTER_PARTITION: _every_version(ApiKey.ALTER_PARTITION, alter_partition),
+    ApiKey.BROKER_REGISTRATION: _every_version(ApiKey.BROKER_REGISTRATION, broker_registration),
+    ApiKey.BROKER_HEARTBEAT: _every_version(ApiKey.BROKER_HEARTBEAT, broker_heartbeat),
 }

@@ -78,6 +78,6 @@ def _gauge(name: str, help_text: str, value: float) -> GaugeMetricFamily:
 def serve_metrics(service: ControllerService, server: ControlServer, host: str,
                   port: int) -> CollectorRegistry:
     registry = CollectorRegistry()
-    registry.register(ControllerCollector(service, server))  # type: ignore[arg-type]
+    registry.register(ControllerCollector(service, server))
     start_http_server(port, addr=host, registry=registry)
     return registry

@@ -1,9 +1,10 @@
 """The controller's in-memory model: brokers, topics, partitions, and what goes out to brokers.
 
 Plain mutable classes owned by `ControllerState`; nothing else mutates them. Durable fields are
-set only by `ControllerState.apply` (from records); `Broker.session_deadline_ms` is the one
-volatile field, since sessions do not survive a controller restart (every live broker gets a new
-session deadline when a controller starts).
+set only by `ControllerState.apply` (from records); `Broker.session_deadline_ms` and
+`Broker.offline_replicas` are volatile: sessions do not survive a controller restart (every live
+broker gets a new session deadline when a controller starts), and every heartbeat lists the
+broker's offline replicas again.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 
-from protocol.schema import Message
+from epochlog.protocol.schema import Message
 
-from .records import Listener
+from .records import Listener, Record
 
 ALIVE = "alive"
 SHUTTING_DOWN = "shutting_down"  # in controlled shutdown: keeps its session, leads nothing new
@@ -35,6 +36,9 @@ class Broker:
     listeners: tuple[Listener, ...]
     state: str = ALIVE
     session_deadline_ms: int = 0
+    # Volatile: its replicas whose logs are offline (a storage error), as its last heartbeat
+    # listed them. They may not lead or be in an ISR until a heartbeat leaves them out.
+    offline_replicas: frozenset[tuple[str, int]] = frozenset()
 
     @property
     def live(self) -> bool:
@@ -67,6 +71,8 @@ class Partition:
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int
+    elr: tuple[int, ...] = ()  # eligible leader replicas (KIP-966; state.py says when)
+    last_known_elr: tuple[int, ...] = ()  # ... and those that lost it by an unclean restart
 
 
 @dataclass
@@ -91,7 +97,7 @@ class Send:
 @dataclass
 class Ready:
     """What one decision produced: records to persist, then requests to send (in that order)."""
-    records: list = field(default_factory=list)
+    records: list[Record] = field(default_factory=list)
     sends: list[Send] = field(default_factory=list)
 
     def __bool__(self) -> bool:

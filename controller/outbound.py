@@ -16,14 +16,25 @@ import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
-from protocol.apis.leader_and_isr import (LeaderAndIsrLiveLeader, LeaderAndIsrPartitionState,
-                                          LeaderAndIsrRequest, LeaderAndIsrTopicState)
-from protocol.apis.stop_replica import (StopReplicaPartitionState, StopReplicaRequest,
-                                        StopReplicaTopicState)
-from protocol.apis.update_metadata import (UpdateMetadataBroker, UpdateMetadataEndpoint,
-                                           UpdateMetadataPartitionState, UpdateMetadataRequest,
-                                           UpdateMetadataTopicState)
-from protocol.schema import ZERO_UUID
+from epochlog.protocol.apis.leader_and_isr import (
+    LeaderAndIsrLiveLeader,
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrTopicState,
+)
+from epochlog.protocol.apis.stop_replica import (
+    StopReplicaPartitionState,
+    StopReplicaRequest,
+    StopReplicaTopicState,
+)
+from epochlog.protocol.apis.update_metadata import (
+    UpdateMetadataBroker,
+    UpdateMetadataEndpoint,
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+    UpdateMetadataTopicState,
+)
+from epochlog.protocol.schema import ZERO_UUID
 
 from .model import LEADER_DURING_DELETE, Broker, Partition
 
@@ -68,7 +79,6 @@ def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int
                     topic_ids: Mapping[str, uuid.UUID] | None = None) -> UpdateMetadataRequest:
     """topic_ids: each topic's id (v7); a topic not in it (being deleted) goes with the zero id."""
     ids = topic_ids or {}
-    live = {b.broker_id for b in brokers.values() if b.live}
     by_topic: dict[str, list[UpdateMetadataPartitionState]] = defaultdict(list)
     for topic, index, p, replicas in items:
         if p is None:
@@ -80,7 +90,7 @@ def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int
                 partition_index=index, controller_epoch=controller_epoch, leader=p.leader,
                 leader_epoch=p.leader_epoch, isr=list(p.isr), partition_epoch=p.partition_epoch,
                 replicas=list(p.replicas),
-                offline_replicas=[r for r in p.replicas if r not in live])
+                offline_replicas=offline_replicas(brokers, topic, index, p))
         by_topic[topic].append(state)
     return UpdateMetadataRequest(
         controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
@@ -88,6 +98,18 @@ def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int
                                                partition_states=ps)
                       for t, ps in sorted(by_topic.items())],
         live_brokers=[_um_broker(b) for _, b in sorted(brokers.items()) if b.live])
+
+
+def offline_replicas(brokers: Mapping[int, Broker], topic: str, index: int, p: Partition
+                     ) -> list[int]:
+    """The replicas of topic-index whose broker has no live generation or lists that replica's
+    log offline."""
+    out = []
+    for r in p.replicas:
+        b = brokers.get(r)
+        if b is None or not b.live or (topic, index) in b.offline_replicas:
+            out.append(r)
+    return out
 
 
 def stop_replica(controller_id: int, controller_epoch: int, broker_epoch: int,

@@ -57,17 +57,35 @@ class PartitionChanged(msgspec.Struct, tag="partition", frozen=True, gc=False):
     leader_epoch: int
     isr: tuple[int, ...]
     partition_epoch: int
+    # KIP-966's eligible leader replicas: out of the ISR, yet known to hold everything up to
+    # the high watermark (absent in logs written before they existed: none).
+    elr: tuple[int, ...] = ()
+    # KIP-966's last known ELR: members of ISR or ELR that left them by an unclean restart, the
+    # last resort once both are empty (state.py).
+    last_known_elr: tuple[int, ...] = ()
 
 
 class TopicDeleted(msgspec.Struct, tag="topic_deleted", frozen=True, gc=False):
     name: str
 
 
+class TopicConfigsChanged(msgspec.Struct, tag="topic_configs", frozen=True, gc=False):
+    """A topic's whole new set of own settings (AlterConfigs, IncrementalAlterConfigs)."""
+    name: str
+    configs: dict[str, str]
+
+
+class ClusterDefaultsChanged(msgspec.Struct, tag="cluster_defaults", frozen=True, gc=False):
+    """The whole new set of dynamic cluster-wide defaults of topic settings (Kafka's dynamic
+    default broker configs, e.g. log.retention.ms), by the topic setting's name."""
+    configs: dict[str, str]
+
+
 Record = (ControllerStarted | BrokerRegistered | BrokerStateChanged | TopicCreated
-          | PartitionChanged | TopicDeleted)
+          | PartitionChanged | TopicDeleted | TopicConfigsChanged | ClusterDefaultsChanged)
 
 _encoder = msgspec.msgpack.Encoder()
-_decoder = msgspec.msgpack.Decoder(Record)  # type: ignore[arg-type]
+_decoder: msgspec.msgpack.Decoder[Record] = msgspec.msgpack.Decoder(Record)
 
 
 def encode(record: Record) -> bytes:

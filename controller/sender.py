@@ -4,7 +4,8 @@ Rules:
 - A sender belongs to one generation (broker id + broker epoch) and talks to the endpoint that
   generation registered for control traffic: its INTERNAL listener if it has one, else its first
   (`model.Broker.endpoint`; docs/control-plane.md "Listeners"). When the generation ends (dead,
-  or replaced by a new registration), the sender is retired: the request in flight may finish, nothing else is sent, nothing is retried.
+  or replaced by a new registration), the sender is retired: the request in flight may finish,
+  nothing else is sent, nothing is retried.
 - The queue holds at most `queue_requests_max` requests. The service replaces a full queue with
   the whole state (`ControllerState.full_state_sends`), which makes every dropped delta redundant.
 - A request that got no answer (connect failure, closed connection, timeout) is retried, with a
@@ -21,9 +22,9 @@ import collections
 import logging
 from collections.abc import Callable, Iterable
 
-from client.connection import Connection
-from protocol.error_codes import ErrorCode, name_of
-from protocol.registry import APIS
+from epochlog.client.connection import Connection
+from epochlog.protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.registry import APIS
 
 from .model import Send
 
@@ -105,7 +106,7 @@ class BrokerSender:
                     request_timeout_ms=self.request_timeout_ms,
                     connect_timeout_ms=self.request_timeout_ms).connect(negotiate=False)
             answer = await self._conn.request(api, send.version, send.message)
-        except (OSError, asyncio.TimeoutError) as exc:  # ConnectionClosed/RequestTimedOut too
+        except (TimeoutError, OSError) as exc:  # ConnectionClosed/RequestTimedOut too
             log.debug("%s: %s to %s:%d got no answer: %s", self, api.name, self.host, self.port,
                       exc)
             await self._close()

@@ -20,12 +20,16 @@ import asyncio
 import logging
 from typing import Any
 
-from protocol.api import Api
-from protocol.errors import ProtocolError
-from protocol.error_codes import ErrorCode
-from protocol.frames import FrameBuffer, frame
-from protocol.headers import decode_request_header, encode_response_header, peek_request_header
-from protocol.registry import APIS
+from epochlog.protocol.api import Api
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.errors import ProtocolError
+from epochlog.protocol.frames import FrameBuffer, frame
+from epochlog.protocol.headers import (
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
+from epochlog.protocol.registry import APIS
 
 from .handlers import HANDLERS, api_versions_response
 from .service import ControllerService, FatalError

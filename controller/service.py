@@ -26,7 +26,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from protocol.error_codes import name_of
+from epochlog.protocol.error_codes import name_of
 
 from .config import ControllerConfig
 from .metalog import MetadataLog

@@ -43,14 +43,25 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
+from epochlog.protocol.error_codes import ErrorCode
 
 from . import assignment, outbound, rebalance, topic_settings
-from .model import (ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send,
-                    Topic)
-from .records import (BrokerRegistered, BrokerStateChanged, ControllerStarted, Listener,
-                      PartitionChanged, Record, TopicCreated, TopicDeleted)
+from .model import ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send, Topic
+from .records import (
+    BrokerRegistered,
+    BrokerStateChanged,
+    ClusterDefaultsChanged,
+    ControllerStarted,
+    Listener,
+    PartitionChanged,
+    Record,
+    TopicConfigsChanged,
+    TopicCreated,
+    TopicDeleted,
+)
 
 log = logging.getLogger("epochlog.controller")
 
@@ -59,6 +70,15 @@ TOPIC_PARTITIONS_MAX = 10_000
 TOMBSTONES_MAX = 10_000  # deleted topics remembered for full-state resyncs (volatile)
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
+# Clean elections from outside the ISR (KIP-966), by _pick_leader's source: the counter, the set
+# named in the log line, and why.
+_OUTSIDE_ISR = {
+    "elr": ("elections_from_elr", "eligible leader replicas",
+            "no live in-sync replica (the ELR holds everything committed)"),
+    "last known": ("elections_from_last_known_elr", "last known ELR",
+                   "every in-sync and eligible replica restarted uncleanly (what the new leader "
+                   "lost in its crash is lost)"),
+}
 
 E = ErrorCode
 
@@ -116,6 +136,9 @@ class ControllerState:
         self.next_broker_epoch = 1
         self.brokers: dict[int, Broker] = {}
         self.topics: dict[str, Topic] = {}
+        # Dynamic cluster-wide defaults of topic settings (AlterConfigs on the default BROKER
+        # resource), by topic setting name: above topic_defaults, below a topic's own.
+        self.dynamic_defaults: dict[str, str] = {}
         # Volatile.
         self.counters: Counter[str] = Counter()
         self.tombstones: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
@@ -149,9 +172,13 @@ class ControllerState:
             case PartitionChanged():
                 self.topics[record.topic].partitions[record.partition] = Partition(
                     record.replicas, record.leader, record.leader_epoch, record.isr,
-                    record.partition_epoch)
+                    record.partition_epoch, record.elr, record.last_known_elr)
             case TopicDeleted(name=name):
                 del self.topics[name]
+            case TopicConfigsChanged(name=name, configs=configs):
+                self.topics[name].configs = dict(configs)
+            case ClusterDefaultsChanged(configs=configs):
+                self.dynamic_defaults = dict(configs)
             case _:
                 raise AssertionError(f"unknown record {record!r}")
 
@@ -170,7 +197,7 @@ class ControllerState:
         self._out = _Outbox()
         return ready
 
-    def durable_view(self) -> dict:
+    def durable_view(self) -> dict[str, Any]:
         """The durable state as plain data, for comparing a replay with the live state."""
         return {
             "controller_epoch": self.controller_epoch,
@@ -178,7 +205,8 @@ class ControllerState:
             "brokers": {i: (b.broker_epoch, str(b.incarnation_id), b.rack, b.listeners, b.state)
                         for i, b in sorted(self.brokers.items())},
             "topics": {n: (str(t.topic_id), t.configs,
-                           {i: (p.replicas, p.leader, p.leader_epoch, p.isr, p.partition_epoch)
+                           {i: (p.replicas, p.leader, p.leader_epoch, p.isr, p.partition_epoch,
+                                p.elr, p.last_known_elr)
                             for i, p in sorted(t.partitions.items())})
                        for n, t in sorted(self.topics.items())},
         }
@@ -201,8 +229,11 @@ class ControllerState:
     # -------------------------------------------------------------------------------- brokers
     def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, rack: str | None,
                         listeners: Sequence[Listener], now_ms: int,
-                        cluster_id: str = "") -> tuple[int, int]:
-        """(error, broker epoch) for a BrokerRegistration."""
+                        cluster_id: str = "", previous_broker_epoch: int = -1
+                        ) -> tuple[int, int]:
+        """(error, broker epoch) for a BrokerRegistration. previous_broker_epoch: the
+        generation a new process shut down cleanly from (its clean-shutdown file), -1 if it
+        did not (KIP-966)."""
         if cluster_id and cluster_id != self.cluster_id:
             log.warning("broker %d refused: cluster id %r is not ours (%r)", broker_id,
                         cluster_id, self.cluster_id)
@@ -218,6 +249,9 @@ class ControllerState:
                 self._fail_generation(old, "bounced")
             else:
                 kind = f"re-registration of the same process (generation {old.broker_epoch})"
+        if old is not None and old.incarnation_id != incarnation_id \
+                and previous_broker_epoch != old.broker_epoch:
+            self._unclean_restart(broker_id, old.broker_epoch, previous_broker_epoch)
         epoch = self.next_broker_epoch
         self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
         broker = self.brokers[broker_id]
@@ -230,8 +264,29 @@ class ControllerState:
         self._start_generation(broker_id)
         return 0, epoch
 
+    def _unclean_restart(self, broker_id: int, last_epoch: int, said_epoch: int) -> None:
+        """KIP-966: a broker that did not shut down cleanly may have lost what it acknowledged
+        (a crash before its page cache reached the disk, a recovery cut): it leaves the ISR and
+        the ELR of its partitions, so that it leads only after catching up, and joins their
+        last known ELR, a last resort once ISR and ELR are both empty (`_pick_leader`), a
+        former ISR member ahead of former ELR members."""
+        self.counters["unclean_restarts"] += 1
+        log.warning("broker %d restarted after an unclean shutdown (its last generation was %d, "
+                    "it says %s): it leaves the ISR and eligible replicas of its partitions",
+                    broker_id, last_epoch, "none" if said_epoch < 0 else said_epoch)
+        for topic, index, p in self._partitions_of(broker_id):
+            if broker_id not in p.isr and broker_id not in p.elr:
+                continue
+            rest = _without(p.last_known_elr, broker_id)
+            known = (broker_id, *rest) if broker_id in p.isr else (*rest, broker_id)
+            leader = NO_LEADER if p.leader == broker_id else p.leader
+            self._change(topic, index, leader, _without(p.isr, broker_id),
+                         f"broker {broker_id} restarted uncleanly",
+                         elr=_without(p.elr, broker_id), last_known_elr=known)
+
     def heartbeat(self, broker_id: int, broker_epoch: int, now_ms: int,
-                  want_shut_down: bool = False) -> HeartbeatResult:
+                  want_shut_down: bool = False,
+                  offline_dirs: Sequence[uuid.UUID] = ()) -> HeartbeatResult:
         broker = self._current_generation(broker_id, broker_epoch, "BrokerHeartbeat")
         if broker is None:
             return HeartbeatResult(error=E.STALE_BROKER_EPOCH)
@@ -239,10 +294,45 @@ class ControllerState:
         if self._connection_lost.pop(broker_id, None) is not None:
             log.info("broker %d generation %d heartbeats again after its connection closed",
                      broker_id, broker_epoch)
+        self._offline_replicas(broker, offline_dirs)
         if want_shut_down:
             remaining = self._shut_down(broker)
             return HeartbeatResult(is_fenced=True, should_shut_down=not remaining)
         return HeartbeatResult(is_fenced=not broker.eligible)
+
+    def _offline_replicas(self, broker: Broker, offline_dirs: Sequence[uuid.UUID]) -> None:
+        """Kafka's log-dir failure handling, per partition: a replica the broker lists offline
+        leaves the ISR, and if it led, another in-sync replica is elected (none: the partition
+        is offline with its ISR kept). One that comes back is a follower again; a partition left
+        without a leader may elect it (it is still the last in-sync replica)."""
+        bid = broker.broker_id
+        if not offline_dirs and not broker.offline_replicas:
+            return
+        wanted = set(offline_dirs)
+        now = frozenset((topic.name, index) for topic, index, _ in self._partitions_of(bid)
+                        if replica_dir_id(topic.name, index) in wanted)
+        before, broker.offline_replicas = broker.offline_replicas, now
+        self._out.metadata.update(now ^ before)  # Metadata lists offline replicas
+        for name, index in sorted(now - before):
+            topic = self.topics[name]
+            p = topic.partitions[index]
+            self.counters["replicas_offline"] += 1
+            log.warning("%s-%d: the replica on broker %d is offline (a storage error there)",
+                        name, index, bid)
+            if p.leader == bid:
+                self._elect(topic, index, p, f"the leader's replica on {bid} is offline",
+                            not_eligible=(bid,))
+            elif (bid in p.isr and len(p.isr) > 1) or bid in p.elr:
+                self._change(topic, index, p.leader, _without(p.isr, bid),
+                             f"the replica on {bid} is offline", not_eligible=(bid,))
+        for name, index in sorted(before - now):
+            back = self.topics.get(name)
+            if back is None or index not in back.partitions:
+                continue
+            p = back.partitions[index]
+            log.info("%s-%d: the replica on broker %d is online again", name, index, bid)
+            if p.leader == NO_LEADER:
+                self._elect(back, index, p, f"the replica on {bid} is online again")
 
     def expire_sessions(self, now_ms: int) -> list[int]:
         """Fail every live generation whose session deadline has passed; their ids."""
@@ -250,9 +340,11 @@ class ControllerState:
                    if b.live and b.session_deadline_ms <= now_ms]
         for broker in sorted(expired, key=lambda b: b.broker_id):
             if self._connection_lost.pop(broker.broker_id, None) == broker.broker_epoch:
-                log.warning("broker %d generation %d: connection lost, no heartbeat on a new "
-                            "connection within %d ms", broker.broker_id, broker.broker_epoch,
-                            self.connection_loss_grace_ms)
+                # after a controlled shutdown the broker is expected to go: not a warning
+                log.log(logging.INFO if broker.state == SHUTTING_DOWN else logging.WARNING,
+                        "broker %d generation %d: connection lost, no heartbeat on a new "
+                        "connection within %d ms", broker.broker_id, broker.broker_epoch,
+                        self.connection_loss_grace_ms)
                 self.counters["connection_loss_failures"] += 1
                 self._fail_generation(broker, "connection lost")
                 continue
@@ -317,12 +409,16 @@ class ControllerState:
     def _fail_generation(self, broker: Broker, reason: str) -> None:
         """KIP-380 onBrokerFailure: the generation is over; move what it led, leave ISRs."""
         bid = broker.broker_id
+        # A generation that ended as planned (a controlled shutdown, a restart) takes its
+        # partitions offline as expected: that is not a warning for a person to act on.
+        planned = broker.state == SHUTTING_DOWN or reason == "bounced"
         self._emit(BrokerStateChanged(bid, broker.broker_epoch, DEAD))
         log.info("broker %d generation %d is dead: %s", bid, broker.broker_epoch, reason)
         self._out.brokers_changed = True
         for topic, index, p in self._partitions_of(bid):
+            self._out.metadata.add((topic.name, index))  # its replicas are offline now
             if p.leader == bid:
-                self._elect(topic, index, p, f"leader {bid} {reason}")
+                self._elect(topic, index, p, f"leader {bid} {reason}", planned=planned)
             elif bid in p.isr and len(p.isr) > 1:
                 self._change(topic, index, p.leader, _without(p.isr, bid),
                              f"replica {bid} {reason}")
@@ -333,6 +429,7 @@ class ControllerState:
         self._out.full.add(broker_id)
         self._out.brokers_changed = True
         for topic, index, p in self._partitions_of(broker_id):
+            self._out.metadata.add((topic.name, index))  # its replicas are online again
             if p.leader == NO_LEADER:
                 self._elect(topic, index, p, f"broker {broker_id} returned")
             elif p.leader == broker_id:
@@ -354,7 +451,8 @@ class ControllerState:
             if len(p.replicas) == 1:
                 continue  # nowhere to move it; Kafka leaves such partitions out too
             if p.leader == bid:
-                new = self._pick_leader(p, exclude=bid, unclean=False)[0]
+                new = self._pick_leader(topic.name, index, p, exclude=bid, unclean=False,
+                                        elr=False)[0]
                 if new == NO_LEADER:
                     if any(self._alive(r) for r in p.replicas if r != bid):
                         remaining.append((topic.name, index))
@@ -374,42 +472,89 @@ class ControllerState:
         return b is not None and b.eligible
 
     # ------------------------------------------------------------------------------ elections
-    def _pick_leader(self, p: Partition, exclude: int | None, unclean: bool) -> tuple[int, bool]:
-        """(leader, was it unclean): the first eligible ISR member in assignment order; with
-        unclean allowed and none found, the first eligible replica."""
+    def _pick_leader(self, name: str, index: int, p: Partition, exclude: int | None,
+                     unclean: bool, elr: bool = True) -> tuple[int, str]:
+        """(leader, from where: "isr", "elr", "last known", "unclean" or "" for none): the
+        first eligible ISR member in assignment order; then (elr) the first eligible replica of
+        the ELR, which is as clean (KIP-966); when ISR and ELR are both empty because all their
+        members restarted uncleanly, the first eligible of the last known ELR (the best left:
+        nothing cleaner can return); with unclean allowed, the first eligible replica. A replica
+        whose log is offline on its broker is not eligible."""
         for r in p.replicas:
-            if r != exclude and r in p.isr and self._eligible(r):
-                return r, False
+            if r != exclude and r in p.isr and self._eligible(r, (name, index)):
+                return r, "isr"
+        if elr:
+            for r in p.replicas:
+                if r != exclude and r in p.elr and self._eligible(r, (name, index)):
+                    return r, "elr"
+            if not p.isr and not p.elr:  # every eligible replica restarted uncleanly
+                for r in p.last_known_elr:
+                    if r != exclude and self._eligible(r, (name, index)):
+                        return r, "last known"
         if unclean:
             for r in p.replicas:
-                if r != exclude and self._eligible(r):
-                    return r, True
-        return NO_LEADER, False
+                if r != exclude and self._eligible(r, (name, index)):
+                    return r, "unclean"
+        return NO_LEADER, ""
 
-    def _elect(self, topic: Topic, index: int, p: Partition, reason: str) -> None:
-        """Leader election after the leader failed (or for an offline partition)."""
+    def _elect(self, topic: Topic, index: int, p: Partition, reason: str, *,
+               planned: bool = False, not_eligible: tuple[int, ...] = ()) -> None:
+        """Leader election after the leader failed (or for an offline partition): from the
+        ISR, else from the eligible leader replicas (KIP-966), else, if the topic allows it,
+        unclean. not_eligible: replicas that leave the ISR without joining the ELR (their log
+        lost records)."""
         failed = p.leader if p.leader != NO_LEADER else None
         unclean_ok = topic_settings.is_true(
             self.topic_setting(topic, "unclean.leader.election.enable"))
-        new, unclean = self._pick_leader(p, exclude=failed, unclean=unclean_ok)
+        new, source = self._pick_leader(topic.name, index, p, exclude=failed,
+                                        unclean=unclean_ok)
         if new == NO_LEADER:
-            if p.leader == NO_LEADER:
+            if p.leader == NO_LEADER and not not_eligible:
                 return  # still offline: nothing changes
             # Keep the ISR as it was: its last member, returning, can lead with nothing lost.
-            log.warning("%s-%d is OFFLINE: no live in-sync replica (%s)", topic.name, index,
-                        reason)
+            log.log(logging.INFO if planned else logging.WARNING,
+                    "%s-%d is OFFLINE: no live in-sync or eligible replica (%s)", topic.name,
+                    index, reason)
             self.counters["partitions_offline"] += 1
-            self._change(topic, index, NO_LEADER, p.isr, reason)
+            self._change(topic, index, NO_LEADER, p.isr, reason, not_eligible=not_eligible)
             return
-        if unclean:
+        if source == "unclean":
             log.warning("UNCLEAN leader election for %s-%d: broker %d is not in the ISR %s; "
                         "records acknowledged by the old ISR may be lost", topic.name, index,
                         new, list(p.isr))
             self.counters["elections_unclean"] += 1
-            self._change(topic, index, new, (new,), f"UNCLEAN election: {reason}")
+            self._change(topic, index, new, (new,), f"UNCLEAN election: {reason}", elr=(),
+                         last_known_elr=())
+            return
+        if source in _OUTSIDE_ISR:
+            counter, where, why = _OUTSIDE_ISR[source]
+            log.warning("%s-%d: %s; broker %d leads from the %s %s", topic.name, index, why, new,
+                        where, list(p.elr if source == "elr" else p.last_known_elr))
+            self.counters[counter] += 1
+            self._change(topic, index, new, (new,), f"election from the {where}: {reason}",
+                         not_eligible=not_eligible)
             return
         self.counters["elections_clean"] += 1
-        self._change(topic, index, new, self._isr_with_leader(p, new, failed), reason)
+        self._change(topic, index, new, self._isr_with_leader(p, new, failed), reason,
+                     not_eligible=not_eligible)
+
+    def _min_isr(self, topic: Topic, p: Partition) -> int:
+        """The topic's min.insync.replicas, at most its replication factor."""
+        setting = self.topic_setting(topic, "min.insync.replicas")
+        try:
+            wanted = int(setting) if setting is not None else 1
+        except ValueError:
+            wanted = 1
+        return max(1, min(wanted, len(p.replicas)))
+
+    def _next_elr(self, topic: Topic, p: Partition, isr: tuple[int, ...]) -> tuple[int, ...]:
+        """KIP-966: while the ISR is below min.insync.replicas, the leaders' high watermark
+        stands still, so members that leave it then still hold everything committed: they join
+        the eligible leader replicas. An ISR back at min.insync.replicas empties it."""
+        if len(isr) >= self._min_isr(topic, p):
+            return ()
+        kept = [r for r in p.elr if r not in isr]
+        return tuple(kept + [r for r in p.isr if r not in isr and r not in kept])
 
     def _isr_with_leader(self, p: Partition, leader: int, leaving: int | None) -> tuple[int, ...]:
         """The ISR after `leader` takes over: members that are still live, minus `leaving`."""
@@ -426,19 +571,21 @@ class ControllerState:
         if election_type == ELECTION_PREFERRED:
             return self._elect_preferred(topic, index, p, "preferred leader election (admin)")
         if election_type == ELECTION_UNCLEAN:
-            if p.leader != NO_LEADER and self._eligible(p.leader):
+            if p.leader != NO_LEADER and self._eligible(p.leader, (topic.name, index)):
                 return E.ELECTION_NOT_NEEDED, "the partition has a live leader"
-            new, unclean = self._pick_leader(p, exclude=None, unclean=True)
+            new, source = self._pick_leader(topic.name, index, p, exclude=None, unclean=True)
             if new == NO_LEADER:
                 return E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is alive"
-            if unclean:
+            if source == "unclean":
                 log.warning("UNCLEAN leader election for %s-%d requested by an admin: broker %d",
                             topic.name, index, new)
                 self.counters["elections_unclean"] += 1
+                self._change(topic, index, new, (new,), "admin election", elr=(),
+                             last_known_elr=())
             else:
                 self.counters["elections_clean"] += 1
-            self._change(topic, index, new, (new,) if unclean else
-                         self._isr_with_leader(p, new, None), "admin election")
+                self._change(topic, index, new, (new,) if source == "elr" else
+                             self._isr_with_leader(p, new, None), "admin election")
             return 0, None
         return E.INVALID_REQUEST, f"unknown election type {election_type}"
 
@@ -449,7 +596,7 @@ class ControllerState:
         preferred = p.replicas[0]
         if p.leader == preferred:
             return E.ELECTION_NOT_NEEDED, "the preferred replica already leads"
-        if preferred not in p.isr or not self._eligible(preferred):
+        if preferred not in p.isr or not self._eligible(preferred, (topic.name, index)):
             return E.PREFERRED_LEADER_NOT_AVAILABLE, \
                 f"preferred replica {preferred} is not alive and in the ISR"
         self.counters["elections_preferred"] += 1
@@ -496,20 +643,22 @@ class ControllerState:
         p = topic.partitions.get(index) if topic else None
         if topic is None or p is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, None
-        error = self._alter_error(broker_id, p, leader_epoch, partition_epoch, new_isr,
-                                  isr_epochs)
+        error = self._alter_error(broker_id, (topic_name, index), p, leader_epoch,
+                                  partition_epoch, new_isr, isr_epochs)
         if error:
-            log.warning("AlterPartition %s-%d from broker %d refused: %s (leader epoch %d/%d, "
-                        "partition epoch %d/%d, isr %s)", topic_name, index, broker_id,
-                        E(error).name, leader_epoch, p.leader_epoch, partition_epoch,
-                        p.partition_epoch, list(new_isr))
+            # INELIGIBLE_REPLICA: the expected race with a member shutting down or restarting
+            log.log(logging.INFO if error == E.INELIGIBLE_REPLICA else logging.WARNING,
+                    "AlterPartition %s-%d from broker %d refused: %s (leader epoch %d/%d, "
+                    "partition epoch %d/%d, isr %s)", topic_name, index, broker_id,
+                    E(error).name, leader_epoch, p.leader_epoch, partition_epoch,
+                    p.partition_epoch, list(new_isr))
             return error, p
         if tuple(new_isr) != p.isr:
             self._change(topic, index, p.leader, tuple(new_isr),
                          f"AlterPartition from leader {broker_id}", from_leader=True)
         return 0, topic.partitions[index]
 
-    def _alter_error(self, broker_id: int, p: Partition, leader_epoch: int,
+    def _alter_error(self, broker_id: int, where: tuple[str, int], p: Partition, leader_epoch: int,
                      partition_epoch: int, new_isr: Sequence[int],
                      isr_epochs: Sequence[int] | None) -> int:
         if leader_epoch != p.leader_epoch:
@@ -525,7 +674,7 @@ class ControllerState:
             if r == broker_id:
                 continue
             b = self.brokers.get(r)
-            if b is None or not b.eligible:
+            if b is None or not self._eligible(r, where):
                 return E.INELIGIBLE_REPLICA
             if isr_epochs is not None and isr_epochs[i] not in (-1, b.broker_epoch):
                 return E.INELIGIBLE_REPLICA  # v3: a member seen in an older generation
@@ -533,15 +682,9 @@ class ControllerState:
 
     # -------------------------------------------------------------------------------- topics
     def topic_setting(self, topic: Topic, name: str) -> str | None:
-        return topic.configs.get(name, self.topic_defaults.get(name))
-
-    def topic_configs(self, topic_name: str) -> dict[str, tuple[str | None, bool]] | None:
-        """name -> (value, is it the topic's own) for every known setting; None: no topic."""
-        topic = self.topics.get(topic_name)
-        if topic is None:
-            return None
-        return {name: (self.topic_setting(topic, name), name in topic.configs)
-                for name in sorted(topic_settings.SPECS)}
+        if name in topic.configs:
+            return topic.configs[name]
+        return self.dynamic_defaults.get(name, self.topic_defaults.get(name))
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      assignments: Mapping[int, Sequence[int]] | None,
@@ -565,6 +708,9 @@ class ControllerState:
                                                                   replication_factor)
         if error:
             return CreateTopicResult(error, message)
+        too_many = self._min_insync_above(overrides, len(replica_lists[0]))
+        if too_many:
+            return CreateTopicResult(E.INVALID_CONFIG, too_many)
         result = CreateTopicResult(0, None, uuid.UUID(int=self.rng.getrandbits(128), version=4),
                                    len(replica_lists), len(replica_lists[0]), overrides)
         if validate_only:
@@ -577,6 +723,52 @@ class ControllerState:
                  name, result.topic_id, result.num_partitions, result.replication_factor,
                  overrides)
         return result
+
+    @staticmethod
+    def _min_insync_above(overrides: Mapping[str, str], replication_factor: int) -> str | None:
+        """Why min.insync.replicas cannot be met (above the replication factor), or None: such
+        a topic would refuse every acks=all write, so it is refused when set, not later."""
+        wanted = overrides.get("min.insync.replicas")
+        if wanted is not None and int(wanted) > replication_factor:
+            return (f"min.insync.replicas={wanted} is above the replication factor "
+                    f"{replication_factor}: acks=all writes could never succeed")
+        return None
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str | None],
+                            validate_only: bool = False) -> tuple[int, str | None]:
+        """Replace a topic's own settings with configs (a null value: back to the default);
+        (0, None) or (error, why). The brokers put the change into force when they next ask
+        (within their refresh interval)."""
+        topic = self.topics.get(name)
+        if topic is None:
+            return E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
+        bad, overrides = topic_settings.check(configs)
+        if bad is not None:
+            return E.INVALID_CONFIG, bad
+        replication_factor = max((len(p.replicas) for p in topic.partitions.values()),
+                                 default=0)
+        too_many = self._min_insync_above(overrides, replication_factor)
+        if too_many:
+            return E.INVALID_CONFIG, too_many
+        if validate_only or overrides == topic.configs:
+            return 0, None
+        self._emit(TopicConfigsChanged(name, overrides))
+        log.info("topic %s: settings changed to %s", name, overrides or "the defaults")
+        return 0, None
+
+    def alter_cluster_defaults(self, configs: Mapping[str, str | None],
+                               validate_only: bool = False) -> tuple[int, str | None]:
+        """Replace the dynamic cluster-wide defaults (by topic setting name; a null value: none)
+        with configs; (0, None) or (error, why). Topics without their own value follow them
+        (brokers put them into force when they next ask)."""
+        bad, defaults = topic_settings.check(configs)
+        if bad is not None:
+            return E.INVALID_CONFIG, bad
+        if validate_only or defaults == self.dynamic_defaults:
+            return 0, None
+        self._emit(ClusterDefaultsChanged(defaults))
+        log.info("dynamic cluster defaults changed to %s", defaults or "none")
+        return 0, None
 
     def _add_partition(self, topic: Topic, index: int, replicas: Sequence[int]) -> None:
         live = tuple(r for r in replicas if self._eligible(r))
@@ -685,9 +877,11 @@ class ControllerState:
         b = self.brokers.get(broker_id)
         return b is not None and b.live
 
-    def _eligible(self, broker_id: int) -> bool:
+    def _eligible(self, broker_id: int, replica: tuple[str, int] | None = None) -> bool:
+        """The broker may lead and be in ISRs; with replica (topic, index), also its replica of
+        that partition is not offline."""
         b = self.brokers.get(broker_id)
-        return b is not None and b.eligible
+        return b is not None and b.eligible and replica not in b.offline_replicas
 
     def _partitions_of(self, broker_id: int) -> Iterator[tuple[Topic, int, Partition]]:
         for _, topic in sorted(self.topics.items()):
@@ -696,16 +890,26 @@ class ControllerState:
                     yield topic, index, p
 
     def _change(self, topic: Topic, index: int, leader: int, isr: tuple[int, ...], reason: str,
-                *, bump_leader_epoch: bool = False, from_leader: bool = False) -> None:
+                *, bump_leader_epoch: bool = False, from_leader: bool = False,
+                elr: tuple[int, ...] | None = None, not_eligible: tuple[int, ...] = (),
+                last_known_elr: tuple[int, ...] | None = None) -> None:
         """Emit a partition's new leader/ISR. A leader change (or a returning leader) bumps the
-        leader epoch; every change bumps the partition epoch."""
+        leader epoch; every change bumps the partition epoch. The ELR follows the ISR
+        (`_next_elr`) unless given; not_eligible replicas never stay in it."""
         p = topic.partitions[index]
         new_epoch = p.leader_epoch + (1 if bump_leader_epoch or leader != p.leader else 0)
+        if elr is None:
+            elr = self._next_elr(topic, p, isr)
+        elr = tuple(r for r in elr if r not in not_eligible)
+        if last_known_elr is None:  # emptied with the ELR at min.insync.replicas
+            last_known_elr = () if len(isr) >= self._min_isr(topic, p) else tuple(
+                r for r in p.last_known_elr if r not in isr and r not in elr)
         self._emit(PartitionChanged(topic.name, index, p.replicas, leader, new_epoch, isr,
-                                    p.partition_epoch + 1))
-        log.info("%s-%d: leader %d -> %d (epoch %d -> %d), isr %s -> %s, partition epoch %d: %s",
-                 topic.name, index, p.leader, leader, p.leader_epoch, new_epoch, list(p.isr),
-                 list(isr), p.partition_epoch + 1, reason)
+                                    p.partition_epoch + 1, elr, last_known_elr))
+        log.info("%s-%d: leader %d -> %d (epoch %d -> %d), isr %s -> %s%s, partition epoch %d: "
+                 "%s", topic.name, index, p.leader, leader, p.leader_epoch, new_epoch,
+                 list(p.isr), list(isr), f", elr {list(p.elr)} -> {list(elr)}"
+                 if elr or p.elr else "", p.partition_epoch + 1, reason)
         self._out.metadata.add((topic.name, index))
         if not from_leader:
             # The leader learns an ISR change it asked for from the answer; anything else the
@@ -716,8 +920,9 @@ class ControllerState:
     def _build_sends(self) -> list[Send]:
         out = self._out
         sends: list[Send] = []
-        um_delta = [(t, i, self.topics[t].partitions[i], ()) for t, i in sorted(out.metadata)
-                    if t in self.topics]
+        um_delta: list[outbound.UmItem] = [
+            (t, i, self.topics[t].partitions[i], ()) for t, i in sorted(out.metadata)
+            if t in self.topics]
         um_delta += [(t, i, None, replicas) for (t, i), replicas in sorted(out.deleted.items())]
         for bid, broker in sorted(self.brokers.items()):
             if not broker.live:

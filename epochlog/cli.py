@@ -8,17 +8,23 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
+import os
 import sys
 from collections.abc import Sequence
 
 # Modules that contribute subcommands, in the order `epochlog --help` lists them.
 SUBCOMMAND_MODULES = (
-    "protocol.cli",
-    "broker.tools",
-    "broker.cli",
-    "controller.cli",
+    "epochlog.protocol.cli",
+    "epochlog.broker.tools",
+    "epochlog.broker.cli",
+    "epochlog.controller.cli",
     "epochlog.cluster",
-    "client.cli",
+    "epochlog.client.cli",
+    "epochlog.client.cli_groups",
+    "epochlog.client.cli_records",
+    "epochlog.client.cli_configs",
+    "epochlog.testing.chaos.cli",
 )
 
 
@@ -26,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="epochlog",
         description="A replicated, Kafka-wire-compatible log broker cluster in Python.")
+    parser.add_argument("--version", action="version", version=f"epochlog {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     for name in SUBCOMMAND_MODULES:
@@ -33,14 +40,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("epochlog")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except BrokenPipeError:  # `epochlog ... | head` is normal use
+    except BrokenPipeError:  # `epochlog ... | head` is normal use: end quietly
+        _quiet_stdout()
         return 0
     except KeyboardInterrupt:
         return 130
+
+
+def _quiet_stdout() -> None:
+    """After the reader of stdout went away, point stdout at /dev/null so that the interpreter's
+    final flush does not print a second broken-pipe error."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

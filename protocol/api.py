@@ -11,13 +11,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import codegen
+from .api_keys import ApiKey
 from .errors import DecodeError, EncodeError, UnsupportedVersion
 from .schema import Message
 
 
 @dataclass(eq=False)
 class Api:
-    key: int
+    key: ApiKey
     name: str
     min_version: int
     max_version: int
@@ -39,7 +40,7 @@ class Api:
     def response_header_version(self, version: int) -> int:
         # ApiVersions answers with header v0 always, so a client that asked for a version the
         # broker does not know can still read the error and the broker's ranges (KIP-511).
-        if self.key == 18:
+        if self.key == ApiKey.API_VERSIONS:
             return 0
         return 1 if self.is_flexible(version) else 0
 

@@ -56,6 +56,8 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 _OFFSET_AND_EPOCH = struct.Struct(">qii")  # base_offset, batch_length, partition_leader_epoch
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+_U32 = struct.Struct(">I")
 
 
 class CorruptBatch(DecodeError):
@@ -139,12 +141,18 @@ def crc_of(buf: bytes | bytearray | memoryview, pos: int, size: int) -> int:
     return crc32c(memoryview(buf)[pos + ATTRIBUTES_OFFSET:pos + size])
 
 
-def check(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Header of the batch at pos after checking it is whole and its CRC is right."""
+def check_whole(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Header of the batch at pos after checking it is whole (its CRC is not checked)."""
     header = read_header(buf, pos)
     if len(buf) - pos < header.size:
         raise CorruptBatch(f"batch of {header.size} bytes cut short at {len(buf) - pos}",
                            "RecordBatch.batch_length")
+    return header
+
+
+def check(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
+    """Header of the batch at pos after checking it is whole and its CRC is right."""
+    header = check_whole(buf, pos)
     actual = crc_of(buf, pos, header.size)
     if actual != header.crc:
         raise CorruptBatch(f"CRC mismatch at offset {header.base_offset}: stored "
@@ -190,6 +198,20 @@ def stamp(buf: bytearray | memoryview, pos: int, base_offset: int,
     """Set base_offset and partition_leader_epoch in place. Both lie outside the CRC."""
     _I64.pack_into(buf, pos, base_offset)
     _I32.pack_into(buf, pos + 12, partition_leader_epoch)
+
+
+def set_log_append_time(buf: bytearray | memoryview, pos: int, header: BatchHeader,
+                        now_ms: int) -> BatchHeader:
+    """Mark the batch at pos LogAppendTime with max_timestamp now_ms, as a leader does for a
+    topic with message.timestamp.type=LogAppendTime, and recompute its CRC (both fields lie
+    inside it); the header as it now is. Consumers take every record's timestamp from
+    max_timestamp in such a batch."""
+    attributes = header.attributes | TIMESTAMP_TYPE_MASK
+    _I16.pack_into(buf, pos + 21, attributes)
+    _I64.pack_into(buf, pos + 35, now_ms)
+    crc = crc_of(buf, pos, header.size)
+    _U32.pack_into(buf, pos + 17, crc)
+    return header._replace(attributes=attributes, max_timestamp=now_ms, crc=crc)
 
 
 def shift_offsets(buf: bytearray, first_offset: int, partition_leader_epoch: int) -> int:

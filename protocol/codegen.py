@@ -154,16 +154,17 @@ class _DecodeGen:
         fmt = _struct_format(run)
         s = w.const(struct.Struct(fmt), "_S")
         targets = [w.name("v") for _ in run]
-        for f, t in zip(run, targets):
+        for f, t in zip(run, targets, strict=True):
             names[f.name] = t
         w.line(f"{', '.join(targets)}, = {s}.unpack_from(buf, pos)")
         w.line(f"pos += {struct.calcsize(fmt)}")
-        for f, t in zip(run, targets):
+        for f, t in zip(run, targets, strict=True):
             if f.type.wire == Wire.UUID:
                 w.line(f"{t} = _UUID(bytes={t})")
 
     def _length(self, kind: str, target: str) -> None:
-        """Read a length prefix: kind 'string' (int16), 'bytes'/'array' (int32), compact if flexible."""
+        """Read a length prefix: kind 'string' (int16), 'bytes'/'array' (int32), compact if
+        flexible."""
         w = self.w
         if self.flex:
             w.line(f"{target} = buf[pos] - 1")
@@ -187,7 +188,8 @@ class _DecodeGen:
             w.line(f"if {n} != -1: _raise('negative length %d' % {n}, {path!r})")
             w.line(f"{out} = None")
         else:
-            w.line(f"_raise('null or negative length %d where null is not allowed' % {n}, {path!r})")
+            w.line(f"_raise('null or negative length %d where null is not allowed' % {n}, "
+                   f"{path!r})")
         w.dedent()
 
     def value(self, t: TypeSpec, nullable: bool, out: str, path: str) -> None:
@@ -233,7 +235,8 @@ class _DecodeGen:
 
     def _array_items(self, item: TypeSpec, n: str, out: str, path: str) -> None:
         w = self.w
-        w.line(f"if {n} > end - pos: _raise('array length %d exceeds the bytes left' % {n}, {path!r})")
+        w.line(f"if {n} > end - pos: _raise('array length %d exceeds the bytes left' % {n}, "
+               f"{path!r})")
         if item.wire in Wire.FIXED_SIZE and item.wire != Wire.UUID:
             size = Wire.FIXED_SIZE[item.wire]
             w.line(f"{out} = list(_unpack_from('>%d{item.wire}' % {n}, buf, pos))")
@@ -255,20 +258,24 @@ class _DecodeGen:
         w.indent()
         count, tag, size, stop = w.name("nt"), w.name("tag"), w.name("sz"), w.name("stop")
         w.line(f"{count}, pos = _uvarint(buf, pos)")
-        w.line(f"if {count} > end - pos: _raise('tagged field count %d exceeds the bytes left' % {count}, {path + '.<tags>'!r})")
+        w.line(f"if {count} > end - pos: "
+               f"_raise('tagged field count %d exceeds the bytes left' % {count}, "
+               f"{path + '.<tags>'!r})")
         w.line(f"for _ in range({count}):")
         w.indent()
         w.line(f"{tag}, pos = _uvarint(buf, pos)")
         w.line(f"{size}, pos = _uvarint(buf, pos)")
         w.line(f"{stop} = pos + {size}")
-        w.line(f"if {stop} > end: _raise('tagged field %d runs past the end' % {tag}, {path + '.<tags>'!r})")
+        w.line(f"if {stop} > end: _raise('tagged field %d runs past the end' % {tag}, "
+               f"{path + '.<tags>'!r})")
         keyword = "if"
         for f in sorted(tagged, key=lambda f: f.tag or 0):
             w.line(f"{keyword} {tag} == {f.tag}:")
             w.indent()
             fpath = f"{path}.{f.name}"
             self.value(f.type, f.is_nullable(self.v), names[f.name], fpath)
-            w.line(f"if pos != {stop}: _raise('tagged field size does not match its value', {fpath!r})")
+            w.line(f"if pos != {stop}: "
+                   f"_raise('tagged field size does not match its value', {fpath!r})")
             w.dedent()
             keyword = "elif"
         w.line(f"pos = {stop}")

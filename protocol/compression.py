@@ -33,7 +33,8 @@ from .batch import CorruptBatch
 Buffer = bytes | bytearray | memoryview
 
 # The decompressed size a reader accepts unless told otherwise; a batch is at most a request's size
-# and Kafka's message.max.bytes defaults to about 1 MiB, so 64 MiB leaves room without inviting a bomb.
+# and Kafka's message.max.bytes defaults to about 1 MiB, so 64 MiB leaves room without inviting a
+# bomb.
 DECOMPRESSED_BYTES_MAX = 64 * 1024 * 1024
 
 # Default levels, used when compress() gets level=None. gzip and zstd: Kafka's defaults (KIP-390).

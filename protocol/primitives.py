@@ -1,9 +1,9 @@
 """Kafka's primitive wire types as construct declarations.
 
 These are the readable, declarative form of every type the protocol uses. They are slow next to
-the generated codec (DESIGN.md measured construct at ~20x hand-written struct code), so they serve
-where speed does not matter: the reference codec (protocol.reference) that names the field where
-bad input broke and cross-checks the fast codec in tests, and file formats read once.
+the generated codec (docs/design.md: construct measured at ~20x hand-written struct code), so they
+serve where speed does not matter: the reference codec (protocol.reference) that names the field
+where bad input broke and cross-checks the fast codec in tests, and file formats read once.
 
 Nullable forms use length -1 (classic) or 0 (compact, where lengths are stored plus one).
 Compact lengths and tagged fields use unsigned varints; records use zigzag varints.

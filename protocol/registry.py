@@ -3,12 +3,45 @@
 from __future__ import annotations
 
 from .api import Api
-from .apis import (alter_partition, api_versions, broker_heartbeat, broker_registration,
-                   controlled_shutdown, create_partitions, create_topics, delete_topics,
-                   describe_cluster, describe_configs, describe_groups, elect_leaders, fetch,
-                   find_coordinator, heartbeat, init_producer_id, join_group, leader_and_isr,
-                   leave_group, list_groups, list_offsets, metadata, offset_commit, offset_fetch,
-                   offset_for_leader_epoch, produce, stop_replica, sync_group, update_metadata)
+from .apis import (
+    alter_configs,
+    alter_partition,
+    api_versions,
+    broker_heartbeat,
+    broker_registration,
+    controlled_shutdown,
+    create_partitions,
+    create_topics,
+    delete_groups,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    describe_groups,
+    describe_log_dirs,
+    describe_producers,
+    describe_topic_partitions,
+    elect_leaders,
+    fetch,
+    find_coordinator,
+    heartbeat,
+    incremental_alter_configs,
+    init_producer_id,
+    join_group,
+    leader_and_isr,
+    leave_group,
+    list_groups,
+    list_offsets,
+    metadata,
+    offset_commit,
+    offset_delete,
+    offset_fetch,
+    offset_for_leader_epoch,
+    produce,
+    stop_replica,
+    sync_group,
+    update_metadata,
+)
 from .errors import UnsupportedVersion
 
 _MODULES = (produce, fetch, list_offsets, metadata, leader_and_isr, stop_replica, update_metadata,
@@ -16,9 +49,11 @@ _MODULES = (produce, fetch, list_offsets, metadata, leader_and_isr, stop_replica
             heartbeat, leave_group, sync_group, describe_groups, list_groups, api_versions,
             create_topics, delete_topics, init_producer_id, offset_for_leader_epoch,
             describe_configs, create_partitions, elect_leaders, alter_partition, describe_cluster,
-            broker_registration, broker_heartbeat)
+            broker_registration, broker_heartbeat, delete_groups, offset_delete,
+            delete_records, describe_log_dirs, describe_producers, alter_configs,
+            incremental_alter_configs, describe_topic_partitions)
 
-APIS: dict[int, Api] = {m.API.key: m.API for m in _MODULES}
+APIS: dict[int, Api] = {m.API.key: m.API for m in _MODULES}  # by key: index with ApiKey
 assert len(APIS) == len(_MODULES), "two API modules declare the same key"
 BY_NAME: dict[str, Api] = {api.name: api for api in APIS.values()}
 

@@ -182,7 +182,7 @@ def layout(cls: type[Message]) -> tuple[FieldSpec, ...]:
         return cached
     hints = typing.get_type_hints(cls, include_extras=True)
     defaults = dict(zip(cls.__struct_fields__[-len(cls.__struct_defaults__):],
-                        cls.__struct_defaults__)) if cls.__struct_defaults__ else {}
+                        cls.__struct_defaults__, strict=True)) if cls.__struct_defaults__ else {}
     specs = []
     for index, name in enumerate(cls.__struct_fields__):
         hint = hints[name]

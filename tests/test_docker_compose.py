@@ -1,34 +1,39 @@
-"""docker-compose.yml and the Dockerfile, checked without a container engine.
+"""docker-compose.yml, the Dockerfile and .dockerignore, checked fast and without a container
+engine. (The real-engine tests, which count, are in tests/docker/.)
 
-There is no container engine here, so this suite (1) checks the compose file's shape: four
-services, racks a/b/c, named volumes, published ports equal to the advertised ones, health
-checks, and every command a valid `epochlog` invocation with valid settings; and (2) runs exactly
-the commands and health checks it names as local processes, with only hosts, ports and data
-folders rewritten for one machine (`localize`, below), in its `depends_on` order, and produces and
-consumes through the brokers' EXTERNAL addresses with confluent-kafka. If the commands, listeners
-or health checks in the file are wrong, the cluster they make here does not work either.
+This suite (1) checks the compose file's shape as Compose resolves it (YAML merges, `${VAR:-x}`
+defaults): four services, racks a/b/c, named volumes, published ports equal to the advertised
+ones, health checks, every service's `EPOCHLOG_*` environment valid settings; and the Dockerfile's:
+a base image chosen by a build argument, every package folder copied and not ignored, a non-root
+user, /data; and (2) runs exactly the commands, environments and health checks the file names as
+local processes, with only hosts, ports and data folders rewritten for one machine (`localize`),
+in its `depends_on` order, and produces and consumes through the brokers' EXTERNAL addresses
+with confluent-kafka.
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
+import os
 import re
 import subprocess
 import sys
 import time
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from broker.cli import load as load_broker_settings
-from controller.config import ControllerConfig
+from epochlog.broker.config import BrokerConfig
 from epochlog.cli import build_parser
+from epochlog.controller.config import ControllerConfig
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
+from epochlog.protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
 from epochlog.settings import load_settings
-from protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
-from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
 
 from .broker.cluster import Child, call, free_port
 
@@ -37,21 +42,33 @@ yaml = pytest.importorskip("yaml")
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+HEALTHCHECK = ROOT / "docker" / "healthcheck.py"
+HEALTHCHECK_IN_IMAGE = "/opt/epochlog/healthcheck.py"
 BROKERS = {"broker1": "a", "broker2": "b", "broker3": "c"}  # service -> rack
 DATA = "/data"
 WAIT_S = 15.0  # for each stage: health, registration, leaders, produce, consume
-HEALTH_RETRY_S = 0.1  # between health-check runs (compose uses `interval`; we need no 5 s)
+HEALTH_RETRY_S = 0.1  # between health-check runs (compose uses `interval`; we need no 3 s)
 STOP_S = 20.0
 ADDRESS = re.compile(r"^([A-Za-z0-9.\-]+):(\d+)$")
+VARIABLE = re.compile(r"\$\{([A-Z0-9_]+):-([^}]*)\}")  # the one form the file uses
+
+
+def interpolate(text: str) -> str:
+    """Compose's `${NAME:-default}` with NAME unset: the file as a user without variables gets
+    it. Any other `$` form would need a real Compose: refuse it."""
+    resolved = VARIABLE.sub(lambda m: m.group(2), text)
+    assert "$" not in resolved, f"an interpolation this check cannot resolve: {resolved!r}"
+    return resolved
 
 
 def compose() -> dict[str, Any]:
-    return yaml.safe_load(COMPOSE.read_text())
+    doc: dict[str, Any] = yaml.safe_load(interpolate(COMPOSE.read_text()))
+    return doc
 
 
-def parse(argv: list[str]) -> argparse.Namespace:
-    """The image's ENTRYPOINT is ["epochlog"]: a command list is what follows it."""
-    return build_parser().parse_args(argv)
+def environment(service: dict[str, Any]) -> dict[str, str]:
+    return {k: str(v) for k, v in service["environment"].items()}
 
 
 def address(text: str) -> tuple[str, int]:
@@ -66,54 +83,70 @@ def published(service: dict[str, Any]) -> dict[int, int]:
     return {int(host): int(container) for host, container in pairs}
 
 
+def broker_settings(service: dict[str, Any]) -> BrokerConfig:
+    """What `epochlog broker` builds from the service's environment (raises SettingsError)."""
+    return load_settings(BrokerConfig, {}, environ=environment(service))
+
+
 # --------------------------------------------------------------------------------- shape
 
 
-def test_dockerfile_builds_a_non_root_epochlog_image() -> None:
+def test_dockerfile_builds_a_non_root_epochlog_image_from_a_chosen_base() -> None:
     text = DOCKERFILE.read_text()
-    assert re.search(r"^FROM python:3\.11-slim$", text, re.MULTILINE)
-    assert re.search(r"^RUN pip install \.", text, re.MULTILINE)
+    assert re.search(r"^ARG BASE_IMAGE=python:3\.11-slim$", text, re.MULTILINE)
+    bases = re.findall(r"^FROM (\S+)", text, re.MULTILINE)
+    assert bases and all(b == "${BASE_IMAGE}" for b in bases), bases
+    assert re.search(r"pip install .*--no-deps .*\s\.\s", text)
     assert re.search(r'^ENTRYPOINT \["epochlog"\]$', text, re.MULTILINE)
     users = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
     assert users and users[-1] not in ("root", "0"), users
     assert "mkdir /data" in text and re.search(r'^VOLUME \["/data"\]$', text, re.MULTILINE)
-    # `pip install .` in the image sees only what was copied: every package the wheel includes.
-    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
-        "packages"]["find"]["include"]
-    for package in (pattern.rstrip("*") for pattern in packages):
-        assert f"COPY {package}/ {package}/" in text, package
+    assert f"COPY docker/healthcheck.py {HEALTHCHECK_IN_IMAGE}" in text
+    # `pip install .` in the image sees only what was copied: every package the wheel includes,
+    # none of them left out of the build context.
+    folders = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "package-dir"].values()
+    ignored = {line.strip().strip("/") for line in DOCKERIGNORE.read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    for folder in folders:
+        assert f"COPY {folder}/ {folder}/" in text, folder
+        assert folder not in ignored and "*" not in ignored, folder
 
 
 def test_compose_file_has_a_controller_and_three_brokers_in_racks_a_b_c() -> None:
     doc = compose()
     services = doc["services"]
     assert set(services) == {"controller", *BROKERS}
-    controller = parse(services["controller"]["command"])
-    assert controller.command == "controller" and controller.data_dir == DATA
-    _, controller_port = address(controller.listen)
+    controller = services["controller"]
+    assert build_parser().parse_args(controller["command"]).command == "controller"
+    settings = load_settings(ControllerConfig, {}, environ=environment(controller))
+    assert settings.data_dir == DATA
+    _, controller_port = address(settings.listen)
     for name, rack in BROKERS.items():
         service = services[name]
-        args = parse(service["command"])
-        assert (args.command, args.rack, args.broker_id) == ("broker", rack, name[-1])
-        assert args.controller == f"controller:{controller_port}"
-        assert address(args.internal_advertised) == (name, address(args.internal_listen)[1])
+        assert build_parser().parse_args(service["command"]).command == "broker"
+        config = broker_settings(service)  # every setting valid
+        assert (config.broker_id, config.rack) == (int(name[-1]), rack)
+        assert config.controller == f"controller:{controller_port}"
+        assert config.data_dir == DATA
+        # Containers on the compose network reach the INTERNAL listener by service name.
+        assert address(config.internal_advertised) == (name, address(config.internal_listen)[1])
         # Clients on the host reach the published port, which must be the advertised one.
-        host, advertised_port = address(args.advertised)
+        host, advertised_port = address(config.advertised)
         assert host == "localhost"
-        assert published(service) == {advertised_port: address(args.listen)[1]}
+        assert published(service) == {advertised_port: address(config.listen)[1]}
         assert service["depends_on"] == {"controller": {"condition": "service_healthy"}}
-        load_broker_settings(args)  # every setting valid (raises SettingsError otherwise)
-    load_settings(ControllerConfig, {"data_dir": controller.data_dir,
-                                     "listen": controller.listen}, environ={})
+        assert service["healthcheck"]["test"] == ["CMD", "python", HEALTHCHECK_IN_IMAGE,
+                                                  "broker"]
+    assert controller["healthcheck"]["test"] == ["CMD", "python", HEALTHCHECK_IN_IMAGE,
+                                                 "controller"]
     for name, service in services.items():
-        assert service["restart"] in ("always", "unless-stopped", "on-failure"), name
-        assert service["image"] and service["build"] == "."
+        assert service["restart"] == "unless-stopped", name
+        assert service["image"] and service["build"]["context"] == "."
+        assert service["build"]["args"] == {"BASE_IMAGE": "python:3.11-slim"}, name
         volume, _, target = service["volumes"][0].partition(":")
         assert target == DATA and volume in doc["volumes"], name  # named, not a bind mount
         assert not volume.startswith((".", "/")), name
-        check = service["healthcheck"]["test"]
-        assert check[:3] == ["CMD", "python", "-c"], name
-        assert address(check[-1])[1] == address(parse(service["command"]).listen)[1], name
 
 
 # ---------------------------------------------------------------- one machine, no engine
@@ -127,55 +160,86 @@ class LocalPlan:
 
 
 def plan(services: dict[str, Any], data_root: Path) -> LocalPlan:
-    """A free local port for every port a service binds (`--listen`, `--internal-listen`)."""
+    """A free local port for every port a service binds (`*_LISTEN` variables)."""
     ports, host_ports = {}, {}
     for name, service in services.items():
-        for arg in service["command"]:
-            if arg.startswith("0.0.0.0:"):
-                ports[(name, address(arg)[1])] = free_port()
+        for value in environment(service).values():
+            if value.startswith("0.0.0.0:"):
+                ports[(name, address(value)[1])] = free_port()
         for host, container in published(service).items():
             host_ports[(name, host)] = container
     return LocalPlan(ports, host_ports, data_root)
 
 
-def localize(service: str, argv: list[str], local: LocalPlan) -> list[str]:
-    """The one rewrite from containers to one machine; every other argument stays as written.
+def localize(service: str, value: str, local: LocalPlan) -> str:
+    """The one rewrite from containers to one machine; every other value stays as written.
 
     | in the compose file                     | here                                      |
     | --------------------------------------- | ----------------------------------------- |
     | /data (the service's volume)            | <tmp>/<service>                           |
-    | 0.0.0.0:P or 127.0.0.1:P (itself)       | 127.0.0.1:<local port of (service, P)>    |
+    | 0.0.0.0:P (itself)                      | 127.0.0.1:<local port of (service, P)>    |
     | other-service:P (the compose network)   | 127.0.0.1:<local port of (other, P)>      |
     | localhost:H (published as H:P)          | 127.0.0.1:<local port of (service, P)>    |
+    | /opt/epochlog/healthcheck.py            | docker/healthcheck.py                     |
     """
-    out = []
-    for arg in argv:
-        found = ADDRESS.match(arg)
-        if arg == DATA:
-            out.append(str(local.data_root / service))
-            continue
-        if found is None:
-            out.append(arg)
-            continue
-        host, port = found.group(1), int(found.group(2))
-        if host in ("0.0.0.0", "127.0.0.1"):
-            owner = service
-        elif host == "localhost":
-            owner, port = service, local.published[(service, port)]
-        else:
-            owner = host  # a service name; an unknown one fails here, as it would in compose
-        out.append(f"127.0.0.1:{local.ports[(owner, port)]}")
-    return out
+    if value == DATA:
+        return str(local.data_root / service)
+    if value == HEALTHCHECK_IN_IMAGE:
+        return str(HEALTHCHECK)
+    found = ADDRESS.match(value)
+    if found is None:
+        return value
+    host, port = found.group(1), int(found.group(2))
+    if host == "0.0.0.0":
+        owner = service
+    elif host == "localhost":
+        owner, port = service, local.published[(service, port)]
+    else:
+        owner = host  # a service name; an unknown one fails here, as it would in compose
+    return f"127.0.0.1:{local.ports[(owner, port)]}"
 
 
-def healthy(child: Child, check: list[str]) -> None:
-    """Run the service's health check (CMD python ...) until it passes, as compose does."""
-    argv = [sys.executable, *check[2:]]  # "CMD", "python": the image's python is ours here
-    deadline = time.monotonic() + WAIT_S
-    while subprocess.run(argv, check=False, capture_output=True, timeout=WAIT_S).returncode != 0:
-        assert child.alive, f"{child.name} exited:\n" + "\n".join(child.lines[-20:])
-        assert time.monotonic() < deadline, f"{child.name} never became healthy"
-        time.sleep(HEALTH_RETRY_S)
+@contextlib.contextmanager
+def environ(values: dict[str, str]) -> Iterator[None]:
+    """os.environ with `values` for the duration: a Child passes os.environ to its process."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, old in saved.items():
+            if old is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = old
+
+
+class Service:
+    """One service as a local process: its command, its localized environment, its check."""
+
+    def __init__(self, name: str, spec: dict[str, Any], local: LocalPlan) -> None:
+        self.env = {k: localize(name, v, local) for k, v in environment(spec).items()}
+        self.child = Child(name, list(spec["command"]))
+        self.check = [localize(name, arg, local) for arg in spec["healthcheck"]["test"]]
+
+    def start(self) -> None:
+        with environ(self.env):
+            self.child.start()
+
+    def healthy(self) -> None:
+        """Run the service's health check (CMD python ...) until it passes, as compose does."""
+        argv = [sys.executable, *self.check[2:]]  # "CMD", "python": the image's python
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            done = subprocess.run(argv, check=False, capture_output=True, text=True,
+                                  timeout=WAIT_S, env={**os.environ, **self.env})
+            if done.returncode == 0:
+                return
+            assert self.child.alive, f"{self.child.name} exited:\n" + "\n".join(
+                self.child.lines[-20:])
+            assert time.monotonic() < deadline, (
+                f"{self.child.name} never became healthy: {done.stdout}{done.stderr}")
+            time.sleep(HEALTH_RETRY_S)
 
 
 def wait_leaders(bootstrap: tuple[str, int], topic: str, partitions: int) -> None:
@@ -183,7 +247,7 @@ def wait_leaders(bootstrap: tuple[str, int], topic: str, partitions: int) -> Non
     request = MetadataRequest(topics=[MetadataRequestTopic(name=topic)],
                               allow_auto_topic_creation=False)
     while True:
-        found = call(*bootstrap, 3, request).topics[0].partitions
+        found = call(*bootstrap, ApiKey.METADATA, request).topics[0].partitions
         if len(found) == partitions and all(p.leader_id >= 0 for p in found):
             return
         assert time.monotonic() < deadline, f"no leaders for {topic}: {found}"
@@ -192,37 +256,35 @@ def wait_leaders(bootstrap: tuple[str, int], topic: str, partitions: int) -> Non
 
 def test_compose_commands_make_a_working_cluster(tmp_path: Path) -> None:
     confluent = pytest.importorskip("confluent_kafka")
-    services = compose()["services"]
-    local = plan(services, tmp_path)
-    children = {name: Child(name, localize(name, s["command"], local))
-                for name, s in services.items()}
-    checks = {name: localize(name, s["healthcheck"]["test"], local)
-              for name, s in services.items()}
+    specs = compose()["services"]
+    local = plan(specs, tmp_path)
+    services = {name: Service(name, spec, local) for name, spec in specs.items()}
     try:
-        children["controller"].start()  # brokers depend on it being healthy
-        healthy(children["controller"], checks["controller"])
+        services["controller"].start()  # brokers depend on it being healthy
+        services["controller"].healthy()
         for name in BROKERS:
-            children[name].start()
+            services[name].start()
         for name in BROKERS:
-            healthy(children[name], checks[name])
-            children[name].wait_line(r"generation \d+: first LeaderAndIsr", timeout_s=WAIT_S)
+            services[name].healthy()  # Metadata lists the broker: it registered
 
-        external = {name: address(parse(children[name].args).advertised) for name in BROKERS}
+        external = {name: address(services[name].env["EPOCHLOG_ADVERTISED"])
+                    for name in BROKERS}
         bootstrap = ",".join(f"{h}:{p}" for h, p in external.values())
         _produce_and_consume(confluent, bootstrap, external)
     except BaseException:
-        for child in children.values():  # shown by pytest with the failure
-            print(f"--- {child.name}: {child.args}", *child.lines[-30:], sep="\n")
+        for service in services.values():  # shown by pytest with the failure
+            print(f"--- {service.child.name}: {service.env}", *service.child.lines[-30:],
+                  sep="\n")
         raise
     finally:
-        _stop(children)
+        _stop({name: s.child for name, s in services.items()})
 
 
 def _produce_and_consume(confluent: Any, bootstrap: str,
                          external: dict[str, tuple[str, int]]) -> None:
     topic, partitions, count = "compose-demo", 3, 30
-    answer = call(*external["broker1"], 19, CreateTopicsRequest(topics=[CreatableTopic(
-        name=topic, num_partitions=partitions, replication_factor=1)]))
+    answer = call(*external["broker1"], ApiKey.CREATE_TOPICS, CreateTopicsRequest(topics=[
+        CreatableTopic(name=topic, num_partitions=partitions, replication_factor=1)]))
     assert answer.topics[0].error_code == 0, answer
     wait_leaders(external["broker1"], topic, partitions)
 

@@ -44,17 +44,19 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from protocol.apis.create_topics import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.create_topics import (
     CreatableTopic,
     CreatableTopicConfig,
     CreateTopicsRequest,
 )
-from protocol.batch import CorruptBatch
-from protocol.error_codes import ErrorCode
-from protocol.records import build_batch, decode_batches
+from epochlog.protocol.batch import CorruptBatch
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.records import build_batch, decode_batches
 
+from ..broker_app import controller_of, replicas_of
 from ..controller_link import ControllerUnavailable
 from ..handlers.produce import replication_error
 from ..partition import Partition
@@ -73,6 +75,11 @@ from .state import (
     SyncResult,
     random_member_id,
 )
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+
+Answer = TypeVar("Answer")  # what a parked request is answered with
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -160,7 +167,7 @@ class Counters:
 
 
 class GroupCoordinator:
-    def __init__(self, app: Any, *, clock: Callable[[], int] = monotonic_ms,
+    def __init__(self, app: BrokerApp, *, clock: Callable[[], int] = monotonic_ms,
                  wall_clock: Callable[[], int] = wall_clock_ms,
                  new_member_id: Callable[[str], str] = random_member_id) -> None:
         c = app.config
@@ -197,7 +204,7 @@ class GroupCoordinator:
             if shard is not None:
                 self._unload(shard, "a new leader epoch")
             shard = self.shards[index] = Shard(index, partition.leader_epoch)
-            self.app._spawn(self._load(shard, partition), f"load {OFFSETS_TOPIC}-{index}")
+            self.app.spawn(self._load(shard, partition), f"load {OFFSETS_TOPIC}-{index}")
         elif shard is not None:
             self._unload(shard, "no longer the leader")
 
@@ -302,10 +309,11 @@ class GroupCoordinator:
         return self._next_token, future
 
     async def _wait(self, token: int, future: asyncio.Future[Any], timeout_ms: int,
-                    on_timeout: Any) -> Any:
+                    on_timeout: Answer) -> Answer:
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                return await future
+                answer: Answer = await future  # the Reply effect for this token: on_timeout's type
+                return answer
         except TimeoutError:
             return on_timeout
         finally:
@@ -321,7 +329,7 @@ class GroupCoordinator:
                 if future is not None and not future.done():
                     future.set_result(effect.result)
             elif group is not None:
-                self.app._spawn(self._store(shard, group, effect),
+                self.app.spawn(self._store(shard, group, effect),
                                 f"store group {group.group_id}")
         self._wake.set()
 
@@ -352,9 +360,10 @@ class GroupCoordinator:
             return errors.get(exc.error_code, exc.error_code), -1
         app = self.app
         tp = (OFFSETS_TOPIC, shard.index)
-        app.replicas.poke(tp)
+        replicas = replicas_of(app)
+        replicas.poke(tp)
         epoch = partition.leader_epoch
-        await app.replicas.produce_purgatory.wait_until(
+        await replicas.produce_purgatory.wait_until(
             [tp], lambda: replication_error(app, partition, epoch, info.last_offset) is not None,
             app.config.offsets_commit_timeout_ms)
         error = replication_error(app, partition, epoch, info.last_offset)
@@ -437,7 +446,7 @@ class GroupCoordinator:
                 replication_factor=c.offsets_topic_replication_factor,
                 configs=[CreatableTopicConfig(name=k, value=v) for k, v in attempt])])
             try:
-                answer = await self.app.controller.forward(19, None, request)
+                answer = await controller_of(self.app).forward(ApiKey.CREATE_TOPICS, None, request)
             except ControllerUnavailable as exc:
                 log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
                 return
@@ -548,14 +557,14 @@ class GroupCoordinator:
         now = self.wall_clock()
         committed = [CommittedOffset(o.offset, o.leader_epoch, o.metadata, now) for o in valid]
         records = [(offsets_log.offset_key(group_id, o.topic, o.partition),
-                    offsets_log.offset_value(c)) for o, c in zip(valid, committed)]
+                    offsets_log.offset_value(c)) for o, c in zip(valid, committed, strict=True)]
         error, first = await self._append(shard, records, _COMMIT_ERRORS)
         if error:
             self.counters.commit_failures_total += len(valid)
         elif self.shards.get(shard.index) is shard:
             # The group as it is now (an empty one may have been dropped meanwhile).
             group = shard.groups.setdefault(group_id, group)
-            for i, (o, c) in enumerate(zip(valid, committed)):
+            for i, (o, c) in enumerate(zip(valid, committed, strict=True)):
                 group.apply_offset((o.topic, o.partition), replace(c, record_offset=first + i),
                                    first + i)
             self.counters.commits_total += len(valid)
@@ -575,6 +584,77 @@ class GroupCoordinator:
         if wanted is None:
             return 0, dict(stored)
         return 0, {tp: stored.get(tp) for tp in wanted}
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
+        """DeleteGroups: an error per group. Only an Empty group goes (NON_EMPTY_GROUP else);
+        its group record and every committed offset get a tombstone, replicated like a commit,
+        and only then is the group dropped here (Dead: a parked request is told to look again),
+        so a failed append leaves the group as it was, in memory and in the log."""
+        results: dict[str, int] = {}
+        for group_id in dict.fromkeys(group_ids):
+            results[group_id] = await self._delete_group(group_id)
+        return results
+
+    async def _delete_group(self, group_id: str) -> int:
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return error
+        group = shard.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return E.GROUP_ID_NOT_FOUND
+        if group.state is not GroupState.EMPTY:
+            return E.NON_EMPTY_GROUP
+        records: list[tuple[bytes, bytes | None]] = [(offsets_log.group_key(group_id), None)]
+        records += [(offsets_log.offset_key(group_id, t, p), None) for t, p in group.offsets]
+        error, _ = await self._append(shard, records, _COMMIT_ERRORS)
+        if error:
+            return error
+        if self.shards.get(shard.index) is shard and shard.groups.get(group_id) is group:
+            del shard.groups[group_id]
+            self._run(shard, None, group.unload(E.COORDINATOR_NOT_AVAILABLE))
+        log.info("group %s: deleted with %d committed offsets", group_id, len(records) - 1)
+        return 0
+
+    async def delete_offsets(self, group_id: str, wanted: Sequence[tuple[str, int]]
+                             ) -> tuple[int, dict[tuple[str, int], int]]:
+        """OffsetDelete: (top-level error, an error per partition). A consumer group's members
+        keep the offsets of the topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); a
+        non-empty group of another protocol type keeps all of them (NON_EMPTY_GROUP), as in
+        Kafka. Deleting an offset that was never committed succeeds."""
+        shard, error = self._shard(group_id)
+        if shard is None:
+            return error, {}
+        group = shard.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return E.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if group.state is not GroupState.EMPTY:
+            if group.protocol_type != "consumer":
+                return E.NON_EMPTY_GROUP, {}
+            subscribed = group.subscribed_topics()
+        results: dict[tuple[str, int], int] = {}
+        doomed: list[tuple[str, int]] = []
+        for tp in dict.fromkeys(wanted):
+            if tp[0] in subscribed:
+                results[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
+            elif self.app.metadata.partition(*tp) is None:
+                results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                results[tp] = 0
+                if tp in group.offsets:
+                    doomed.append(tp)
+        if doomed:
+            error, first = await self._append(
+                shard, [(offsets_log.offset_key(group_id, t, p), None) for t, p in doomed],
+                _COMMIT_ERRORS)
+            if error:
+                return error, {}
+            if self.shards.get(shard.index) is shard:
+                for i, tp in enumerate(doomed):
+                    group.apply_offset(tp, None, first + i)
+            log.info("group %s: deleted the committed offsets of %d partitions", group_id,
+                     len(doomed))
+        return 0, results
 
     def describe(self, group_id: str) -> tuple[int, Group | None]:
         shard, error = self._shard(group_id)

@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from protocol import codegen
-from protocol.errors import DecodeError
-from protocol.schema import Message, V, i32, i64
+from epochlog.protocol import codegen
+from epochlog.protocol.errors import DecodeError
+from epochlog.protocol.schema import Message, V, i32, i64
 
 from .state import CommittedOffset, GroupSnapshot, MemberSnapshot
 
@@ -168,7 +168,7 @@ def parse(key: bytes | None, value: bytes | None, offset: int
 
 
 def _value_version(value: bytes, what: str) -> int:
-    version = _INT16.unpack_from(value)[0]
+    version: int = _INT16.unpack_from(value)[0]
     if not 0 <= version <= VALUE_VERSION_MAX:
         raise DecodeError(f"{what} value version {version} is not known", what)
     return version

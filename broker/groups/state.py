@@ -41,11 +41,12 @@ from __future__ import annotations
 
 import enum
 import logging
+import struct
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -172,6 +173,32 @@ class CommittedOffset:
     record_offset: int = -1  # where its record is in the offsets log
 
 
+def consumer_subscription_topics(metadata: bytes | memoryview) -> set[str]:
+    """The topics of a consumer protocol subscription (Kafka's ConsumerProtocolSubscription:
+    version int16, then topics as an int32 count of int16-length strings, in every version).
+    Metadata that does not parse subscribes to nothing: the broker never trusts a client's
+    bytes to be well formed, and a subscription it cannot read protects no offsets."""
+    if len(metadata) < 6:
+        return set()
+    (count,) = _SUB_COUNT.unpack_from(metadata, 2)
+    topics: set[str] = set()
+    p = 6
+    for _ in range(max(0, min(count, len(metadata)))):
+        if p + 2 > len(metadata):
+            return set()
+        (size,) = _SUB_STRING.unpack_from(metadata, p)
+        p += 2
+        if size < 0 or p + size > len(metadata):
+            return set()
+        topics.add(bytes(metadata[p:p + size]).decode("utf-8", "replace"))
+        p += size
+    return topics
+
+
+_SUB_COUNT = struct.Struct(">i")
+_SUB_STRING = struct.Struct(">h")
+
+
 # ------------------------------------------------------------------------------------ members
 @dataclass
 class Member:
@@ -277,8 +304,20 @@ class Group:
         DescribeGroups: metadata and assignment only while Stable."""
         stable = self.state is GroupState.STABLE
         return (self.state.value, self.protocol_type or "",
-                (self.protocol_name or "") if stable else "", [(m, m.metadata(self.protocol_name) if stable else b"",
-                           m.assignment if stable else b"") for m in self.members.values()])
+                (self.protocol_name or "") if stable else "",
+                [(m, m.metadata(self.protocol_name) if stable else b"",
+                  m.assignment if stable else b"") for m in self.members.values()])
+
+    def subscribed_topics(self) -> set[str]:
+        """The topics the members of a "consumer" group subscribe to, read from their metadata
+        for the chosen protocol (or every protocol they offer while none is chosen yet)."""
+        topics: set[str] = set()
+        for m in self.members.values():
+            chosen = [m.metadata(self.protocol_name)] if self.protocol_name else \
+                [meta for _, meta in m.protocols]
+            for meta in chosen:
+                topics |= consumer_subscription_topics(meta)
+        return topics
 
     def next_deadline(self) -> int | None:
         deadlines = [m.heartbeat_deadline_ms for m in self.members.values()
@@ -631,7 +670,11 @@ class Group:
 
     def commit_error(self, now: int, generation: int, member_id: str,
                      instance_id: str | None) -> int:
-        """Kafka's validateOffsetCommit: 0 when an OffsetCommit may go ahead."""
+        """Kafka's order of checks for an OffsetCommit (0: it may go ahead): the member, then
+        its generation, and only a member of the current generation hears
+        REBALANCE_IN_PROGRESS (it joined but has not synced yet). A member committing with an
+        older generation during a rebalance (a manual commit while a cooperative rebalance
+        runs) gets ILLEGAL_GENERATION, as from Kafka, not a retriable rebalance error."""
         if self.state is S.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
         if generation < 0 and self.state is S.EMPTY:
@@ -641,10 +684,10 @@ class Group:
         member = self.members.get(member_id)
         if member is None:
             return E.UNKNOWN_MEMBER_ID
-        if self.state is S.COMPLETING_REBALANCE:
-            return E.REBALANCE_IN_PROGRESS
         if generation != self.generation:
             return E.ILLEGAL_GENERATION
+        if self.state is S.COMPLETING_REBALANCE:
+            return E.REBALANCE_IN_PROGRESS
         member.heartbeat_deadline_ms = now + member.session_timeout_ms
         return 0
 

@@ -18,8 +18,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from protocol.api import Api
-from protocol.registry import APIS
+from epochlog.protocol.api import Api
+from epochlog.protocol.registry import APIS
 
 Handle = Callable[[Any, Any], Awaitable[Any]]
 

@@ -4,10 +4,13 @@ controller epoch (fencing.ControlEpochs.admit). See docs/control-plane.md."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
 
 
-async def admitted(app: Any, what: str, request: Any) -> int | None:
+async def admitted(app: BrokerApp, what: str, request: Any) -> int | None:
     """None: leave the request unanswered (no generation to judge it against in time; the
     controller resends it). Otherwise 0 to apply it, or the top-level error to answer."""
     if not await app.control_request_ready(what):

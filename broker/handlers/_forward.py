@@ -9,19 +9,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.schema import Message
 
+from ..broker_app import controller_of
 from ..controller_link import ControllerUnavailable
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 log = logging.getLogger("epochlog.broker")
 UNAVAILABLE = ErrorCode.REQUEST_TIMED_OUT
 
+Request = TypeVar("Request", bound=Message)
+Response = TypeVar("Response")
 
-async def forward(ctx: Any, key: int, request: Any, failed: Callable[[Any, int], Any]) -> Any:
+
+async def forward(ctx: RequestContext, key: ApiKey, request: Request,
+                  failed: Callable[[Request, int], Response]) -> Response:
+    """The controller's answer to request (the same API, so the same response type), or
+    failed(request, UNAVAILABLE) when the controller cannot be reached in time."""
     try:
-        return await ctx.app.controller.forward(key, ctx.version, request)
+        return cast(Response, await controller_of(ctx.app).forward(key, ctx.version, request))
     except ControllerUnavailable as exc:
-        log.warning("forwarding API %d v%d from %s failed: %s", key, ctx.version, ctx.peer, exc)
+        log.warning("forwarding %s v%d from %s failed: %s", key.name, ctx.version, ctx.peer, exc)
         return failed(request, UNAVAILABLE)

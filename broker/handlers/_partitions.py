@@ -16,23 +16,27 @@ order (Partition.getLocalLog):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import replicas_of
 from ..partition import Partition, Role
 
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
 
-def not_served_error(app: Any, topic: str, index: int) -> int:
-    if app.replicas.get(topic, index) is None and app.metadata.partition(topic, index) is None:
+
+def not_served_error(app: BrokerApp, topic: str, index: int) -> int:
+    if replicas_of(app).get(topic, index) is None and app.metadata.partition(topic, index) is None:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     return ErrorCode.NOT_LEADER_OR_FOLLOWER
 
 
-def serving(app: Any, topic: str, index: int, current_leader_epoch: int = -1, *,
+def serving(app: BrokerApp, topic: str, index: int, current_leader_epoch: int = -1, *,
             follower_ok: bool = False) -> tuple[Partition | None, int]:
     """(the partition, 0) when this broker answers the request for it, else (None, error)."""
-    partition = app.replicas.get(topic, index)
+    partition = replicas_of(app).get(topic, index)
     if partition is None or partition.role is Role.OFFLINE:
         return None, not_served_error(app, topic, index)
     error = partition.fence(current_leader_epoch)
@@ -43,7 +47,7 @@ def serving(app: Any, topic: str, index: int, current_leader_epoch: int = -1, *,
     return partition, 0
 
 
-def leader(app: Any, topic: str, index: int, current_leader_epoch: int = -1
+def leader(app: BrokerApp, topic: str, index: int, current_leader_epoch: int = -1
            ) -> tuple[Partition | None, int]:
     """(the partition, 0) when we lead it and the client's epoch passes (KIP-320 fencing),
     else (None, error)."""

@@ -8,11 +8,16 @@ erroring answer uses a v0 body because clients such as kafka-python read errors 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.api_versions import ApiVersion, ApiVersionsRequest, ApiVersionsResponse
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.api_versions import ApiVersion, ApiVersionsRequest, ApiVersionsResponse
+from epochlog.protocol.error_codes import ErrorCode
 
 from . import REGISTRY, register
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
 def supported() -> list[ApiVersion]:
@@ -20,11 +25,11 @@ def supported() -> list[ApiVersion]:
 
 
 def unsupported_version_answer() -> ApiVersionsResponse:
-    return ApiVersionsResponse(error_code=35, api_keys=supported())
+    return ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=supported())
 
 
-async def handle(ctx: Any, request: ApiVersionsRequest) -> ApiVersionsResponse:
+async def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsResponse:
     return ApiVersionsResponse(api_keys=supported())
 
 
-register(18, 0, 3, handle)
+register(ApiKey.API_VERSIONS, 0, 3, handle)

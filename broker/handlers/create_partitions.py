@@ -5,13 +5,20 @@ v2 is flexible. New partitions reach their replicas as LeaderAndIsr with is_new 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.create_partitions import (CreatePartitionsRequest, CreatePartitionsResponse,
-                                             CreatePartitionsTopicResult)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.create_partitions import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreatePartitionsTopicResult,
+)
 
 from . import register
 from ._forward import forward
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
 def failed(request: CreatePartitionsRequest, error: int) -> CreatePartitionsResponse:
@@ -19,8 +26,8 @@ def failed(request: CreatePartitionsRequest, error: int) -> CreatePartitionsResp
         CreatePartitionsTopicResult(name=t.name, error_code=error) for t in request.topics])
 
 
-async def handle(ctx: Any, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
-    return await forward(ctx, 37, request, failed)
+async def handle(ctx: RequestContext, request: CreatePartitionsRequest) -> CreatePartitionsResponse:
+    return await forward(ctx, ApiKey.CREATE_PARTITIONS, request, failed)
 
 
-register(37, 0, 3, handle)
+register(ApiKey.CREATE_PARTITIONS, 0, 3, handle)

@@ -7,13 +7,20 @@ answers the created topic's settings; v7 topic ids. The controller validates nam
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.create_topics import (CreatableTopicResult, CreateTopicsRequest,
-                                         CreateTopicsResponse)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.create_topics import (
+    CreatableTopicResult,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
 
 from . import register
 from ._forward import forward
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
 def failed(request: CreateTopicsRequest, error: int) -> CreateTopicsResponse:
@@ -22,8 +29,8 @@ def failed(request: CreateTopicsRequest, error: int) -> CreateTopicsResponse:
         for t in request.topics])
 
 
-async def handle(ctx: Any, request: CreateTopicsRequest) -> CreateTopicsResponse:
-    return await forward(ctx, 19, request, failed)
+async def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    return await forward(ctx, ApiKey.CREATE_TOPICS, request, failed)
 
 
-register(19, 2, 7, handle)
+register(ApiKey.CREATE_TOPICS, 2, 7, handle)

@@ -6,13 +6,20 @@ sends StopReplica (delete) to every replica and UpdateMetadata (leader -2) to ev
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.delete_topics import (DeletableTopicResult, DeleteTopicsRequest,
-                                         DeleteTopicsResponse)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.delete_topics import (
+    DeletableTopicResult,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
 
 from . import register
 from ._forward import forward
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
 def failed(request: DeleteTopicsRequest, error: int) -> DeleteTopicsResponse:
@@ -22,8 +29,8 @@ def failed(request: DeleteTopicsRequest, error: int) -> DeleteTopicsResponse:
     return DeleteTopicsResponse(responses=names + by_state)
 
 
-async def handle(ctx: Any, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
-    return await forward(ctx, 20, request, failed)
+async def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    return await forward(ctx, ApiKey.DELETE_TOPICS, request, failed)
 
 
-register(20, 1, 6, handle)
+register(ApiKey.DELETE_TOPICS, 1, 6, handle)

@@ -9,18 +9,27 @@ request arrived on, as in Metadata (falling back to a broker's first listener).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.describe_cluster import (DescribeClusterBroker, DescribeClusterRequest,
-                                            DescribeClusterResponse)
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_cluster import (
+    DescribeClusterBroker,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
+)
+from epochlog.protocol.error_codes import ErrorCode
 
 from . import register
+from ._acl_operations import CLUSTER_OPERATIONS, UNREQUESTED
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+    from ..server import RequestContext
 
 ENDPOINT_BROKERS = 1
 
 
-async def handle(ctx: Any, request: DescribeClusterRequest) -> DescribeClusterResponse:
+async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterResponse:
     app = ctx.app
     if request.endpoint_type != ENDPOINT_BROKERS:
         return DescribeClusterResponse(error_code=ErrorCode.MISMATCHED_ENDPOINT_TYPE,
@@ -28,10 +37,12 @@ async def handle(ctx: Any, request: DescribeClusterRequest) -> DescribeClusterRe
                                        endpoint_type=request.endpoint_type)
     return DescribeClusterResponse(
         cluster_id=app.config.cluster_id, controller_id=app.broker_id,
-        endpoint_type=request.endpoint_type, brokers=_brokers(app, ctx.listener))
+        endpoint_type=request.endpoint_type, brokers=_brokers(app, ctx.listener),
+        cluster_authorized_operations=CLUSTER_OPERATIONS
+        if request.include_cluster_authorized_operations else UNREQUESTED)
 
 
-def _brokers(app: Any, listener: str) -> list[DescribeClusterBroker]:
+def _brokers(app: BrokerApp, listener: str) -> list[DescribeClusterBroker]:
     answer = []
     for _, b in sorted(app.metadata.brokers.items()):
         host, port = b.endpoint(listener)
@@ -40,4 +51,4 @@ def _brokers(app: Any, listener: str) -> list[DescribeClusterBroker]:
     return answer
 
 
-register(60, 0, 1, handle)
+register(ApiKey.DESCRIBE_CLUSTER, 0, 1, handle)

@@ -1,6 +1,7 @@
 """DescribeGroups (key 15), versions 0-5.
 
-v3 include_authorized_operations (no ACLs here: the "unknown" sentinel is answered); v4 members'
+v3 include_authorized_operations (no authorizer: every group operation, as Kafka without
+one); v4 members'
 group_instance_id; v5 is flexible. Per group: its state, protocol type, and while Stable the
 selected protocol and each member's metadata and assignment (Kafka shows them only then). A
 group this coordinator does not know is "Dead" with no error, as in Kafka; one it does not
@@ -9,20 +10,26 @@ coordinate NOT_COORDINATOR.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.describe_groups import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_groups import (
     DescribedGroup,
     DescribedGroupMember,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
 )
 
+from ..broker_app import groups_of
 from . import register
+from ._acl_operations import GROUP_OPERATIONS
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
-def _describe(ctx: Any, group_id: str) -> DescribedGroup:
-    error, group = ctx.app.groups.describe(group_id)
+def _describe(ctx: RequestContext, group_id: str) -> DescribedGroup:
+    error, group = groups_of(ctx.app).describe(group_id)
     if error or group is None:
         return DescribedGroup(error_code=error, group_id=group_id,
                               group_state="" if error else "Dead")
@@ -38,8 +45,13 @@ def _describe(ctx: Any, group_id: str) -> DescribedGroup:
             for m, metadata, assignment in members])
 
 
-async def handle(ctx: Any, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
-    return DescribeGroupsResponse(groups=[_describe(ctx, g) for g in request.groups])
+async def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    groups = [_describe(ctx, g) for g in request.groups]
+    if request.include_authorized_operations:
+        for g in groups:
+            if not g.error_code:
+                g.authorized_operations = GROUP_OPERATIONS
+    return DescribeGroupsResponse(groups=groups)
 
 
-register(15, 0, 5, handle)
+register(ApiKey.DESCRIBE_GROUPS, 0, 5, handle)

@@ -6,13 +6,21 @@ v2 is flexible. A null topic list means every partition.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.elect_leaders import (ElectLeadersRequest, ElectLeadersResponse,
-                                         PartitionResult, ReplicaElectionResult)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.elect_leaders import (
+    ElectLeadersRequest,
+    ElectLeadersResponse,
+    PartitionResult,
+    ReplicaElectionResult,
+)
 
 from . import register
 from ._forward import forward
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
 def failed(request: ElectLeadersRequest, error: int) -> ElectLeadersResponse:
@@ -22,8 +30,8 @@ def failed(request: ElectLeadersRequest, error: int) -> ElectLeadersResponse:
         for tp in request.topic_partitions or []])
 
 
-async def handle(ctx: Any, request: ElectLeadersRequest) -> ElectLeadersResponse:
-    return await forward(ctx, 43, request, failed)
+async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersResponse:
+    return await forward(ctx, ApiKey.ELECT_LEADERS, request, failed)
 
 
-register(43, 0, 2, handle)
+register(ApiKey.ELECT_LEADERS, 0, 2, handle)

@@ -62,19 +62,37 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.fetch import (EpochEndOffset, FetchableTopicResponse, FetchPartition,
-                                 FetchRequest, FetchResponse, LeaderIdAndEpoch, PartitionData)
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.fetch import (
+    EpochEndOffset,
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    LeaderIdAndEpoch,
+    PartitionData,
+)
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import replicas_of
 from ..fetch_sessions import FetchSession, FetchSessionCache, Kind, must_answer, remember
 from ..partition import Partition, Role
-from ..replica_selector import (NO_PREFERENCE, ClientView, ReplicaSelector, preferred_read_replica,
-                                selector_for)
-from ..storage import StorageError
+from ..replica_selector import (
+    NO_PREFERENCE,
+    ClientView,
+    ReplicaSelector,
+    preferred_read_replica,
+    selector_for,
+)
+from ..storage import CorruptLog, StorageError
 from . import register
 from ._partitions import serving
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+    from ..server import RequestContext
 
 log = logging.getLogger("epochlog.broker")
 
@@ -83,6 +101,7 @@ READ_COMMITTED = 1
 NO_DIVERGENCE = EpochEndOffset()
 FOLLOWER_READS_VERSION_MIN = 11  # KIP-392: RackId, PreferredReadReplica, OFFSET_NOT_AVAILABLE
 Want = tuple[str, FetchPartition]
+CORRUPTION_REPORTS_MAX = 64  # distinct corrupt places logged per partition
 
 
 @dataclass
@@ -97,10 +116,10 @@ class ReadPath:
     stale_follower_answers_total: int = 0  # replica fetches answered at once for a new HW
 
 
-def read_path(app: Any) -> ReadPath:
+def read_path(app: BrokerApp) -> ReadPath:
     """The app's ReadPath, made on first use from its config (a simulation may set its own
     beforehand, e.g. with a seeded random generator for session ids)."""
-    state = getattr(app, "read_path", None)
+    state = app.read_path
     if state is None:
         state = ReadPath(FetchSessionCache(app.config.fetch_sessions_max),
                          selector_for(app.config.replica_selector_class))
@@ -138,7 +157,7 @@ class Read:
 
 
 # ------------------------------------------------------------------------------------ driver
-async def handle(ctx: Any, request: FetchRequest) -> FetchResponse:
+async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     app = ctx.app
     plan = begin(app, request, ctx.version)
     if isinstance(plan, FetchResponse):
@@ -151,14 +170,17 @@ async def handle(ctx: Any, request: FetchRequest) -> FetchResponse:
         if done.answer_now or done.bytes >= request.min_bytes or remaining_ms <= 0:
             return finish(app, plan, done)
         seen = positions(app, plan)
-        changed = await app.replicas.fetch_purgatory.wait_until(
-            [(topic, p.partition) for topic, p in plan.wants],
-            lambda seen=seen: positions(app, plan) != seen, remaining_ms)
+
+        def moved(seen: list[tuple[int, int, Role, int]] = seen) -> bool:
+            return positions(app, plan) != seen
+
+        changed = await replicas_of(app).fetch_purgatory.wait_until(
+            [(topic, p.partition) for topic, p in plan.wants], moved, remaining_ms)
         if not changed:
             return finish(app, plan, done)
 
 
-def answer(app: Any, request: FetchRequest, version: int) -> FetchResponse:
+def answer(app: BrokerApp, request: FetchRequest, version: int) -> FetchResponse:
     """The whole request without waiting (for the simulation and unit tests)."""
     plan = begin(app, request, version)
     if isinstance(plan, FetchResponse):
@@ -167,7 +189,7 @@ def answer(app: Any, request: FetchRequest, version: int) -> FetchResponse:
 
 
 # ------------------------------------------------------------------------------------- begin
-def begin(app: Any, request: FetchRequest, version: int) -> Plan | FetchResponse:
+def begin(app: BrokerApp, request: FetchRequest, version: int) -> Plan | FetchResponse:
     """Resolve the session and note a replica's fetch offsets; a FetchResponse when the session
     fields are refused (no partitions, session_id 0, as Kafka answers)."""
     begun = read_path(app).sessions.begin(request)
@@ -183,22 +205,22 @@ def begin(app: Any, request: FetchRequest, version: int) -> Plan | FetchResponse
     return Plan(request, version, begun.kind, begun.session, wants)
 
 
-def _note_follower_positions(app: Any, replica_id: int, wants: list[Want]) -> None:
+def _note_follower_positions(app: BrokerApp, replica_id: int, wants: list[Want]) -> None:
     for topic, p in wants:
-        partition = app.replicas.get(topic, p.partition)
+        partition = replicas_of(app).get(topic, p.partition)
         if (partition is not None and partition.is_leader
                 and partition.fence(p.current_leader_epoch) == 0
                 and partition.update_follower(replica_id, p.fetch_offset,
-                                              p.last_fetched_epoch)):
-            app.replicas.poke((topic, p.partition))
+                                              p.last_fetched_epoch, p.log_start_offset)):
+            replicas_of(app).poke((topic, p.partition))
 
 
-def positions(app: Any, plan: Plan) -> list[tuple[int, int, Role, int]]:
+def positions(app: BrokerApp, plan: Plan) -> list[tuple[int, int, Role, int]]:
     """What a waiting fetch watches: per partition, the readable end, leader epoch, role and,
     for replicas, the high watermark (a follower must learn a new one at once)."""
     out = []
     for topic, p in plan.wants:
-        partition = app.replicas.get(topic, p.partition)
+        partition = replicas_of(app).get(topic, p.partition)
         if partition is None:
             out.append((-1, -1, Role.OFFLINE, -1))
         else:
@@ -208,7 +230,7 @@ def positions(app: Any, plan: Plan) -> list[tuple[int, int, Role, int]]:
 
 
 # -------------------------------------------------------------------------------------- read
-def read(app: Any, plan: Plan) -> Read:
+def read(app: BrokerApp, plan: Plan) -> Read:
     request = plan.request
     budget = request.max_bytes
     done = Read(parts=[])
@@ -228,7 +250,7 @@ def read(app: Any, plan: Plan) -> Read:
     return done
 
 
-def _read_one(app: Any, plan: Plan, client: ClientView, topic: str, p: FetchPartition,
+def _read_one(app: BrokerApp, plan: Plan, client: ClientView, topic: str, p: FetchPartition,
               budget: int, min_one: bool) -> tuple[PartitionData, bool, bool]:
     """(the partition's answer, read by us as a follower, answer the request at once)."""
     data = PartitionData(partition_index=p.partition, aborted_transactions=None, records=b"")
@@ -253,10 +275,10 @@ def _read_one(app: Any, plan: Plan, client: ClientView, topic: str, p: FetchPart
     if data.error_code:
         return data, as_follower, True
     _read_records(partition, p, data, partition.high_watermark, budget, min_one)
-    return data, as_follower, False
+    return data, as_follower, data.error_code != 0  # a storage error is answered at once
 
 
-def _read_for_replica(app: Any, plan: Plan, partition: Partition, p: FetchPartition,
+def _read_for_replica(app: BrokerApp, plan: Plan, partition: Partition, p: FetchPartition,
                       data: PartitionData, budget: int, min_one: bool) -> bool:
     """A follower's fetch (we lead); True to answer at once."""
     if p.last_fetched_epoch >= 0 and _diverging(partition, p, data):
@@ -265,6 +287,8 @@ def _read_for_replica(app: Any, plan: Plan, partition: Partition, p: FetchPartit
         data.error_code = E.OFFSET_OUT_OF_RANGE
         return True
     _read_records(partition, p, data, partition.log_end_offset, budget, min_one)
+    if data.error_code:
+        return True
     progress = partition.followers.get(plan.request.replica_id)
     return progress is not None and progress.high_watermark_sent != partition.high_watermark
 
@@ -289,6 +313,16 @@ def _read_records(partition: Partition, p: FetchPartition, data: PartitionData, 
         return
     try:
         records = partition.log.read(p.fetch_offset, max(bytes_max, 0), offset_max=end)
+    except CorruptLog as exc:  # retriable for the client
+        data.error_code = exc.error_code
+        if partition.on_corrupt is not None:  # the replica goes offline and is repaired
+            partition.on_corrupt(partition, exc)
+            return
+        reported = partition.corruption_reported  # else said once per partition and place
+        if str(exc) not in reported and len(reported) < CORRUPTION_REPORTS_MAX:
+            reported.add(str(exc))
+            log.error("%s: corrupt data on disk, not served: %s", partition.name, exc)
+        return
     except StorageError as exc:
         data.error_code = exc.error_code
         return
@@ -297,7 +331,7 @@ def _read_records(partition: Partition, p: FetchPartition, data: PartitionData, 
     data.records = records
 
 
-def _preferred(app: Any, partition: Partition, client: ClientView, fetch_offset: int) -> int:
+def _preferred(app: BrokerApp, partition: Partition, client: ClientView, fetch_offset: int) -> int:
     racks = {b.broker_id: b.rack for b in app.metadata.brokers.values()}
     return preferred_read_replica(read_path(app).selector, partition, app.config.rack or None,
                                   racks, client, fetch_offset, partition.clock())
@@ -312,7 +346,7 @@ def _diverging(partition: Partition, p: FetchPartition, data: PartitionData) -> 
     return False
 
 
-def _hint_leader(app: Any, topic: str, index: int, data: PartitionData) -> None:
+def _hint_leader(app: BrokerApp, topic: str, index: int, data: PartitionData) -> None:
     """v12: name the leader we know of, so the client need not wait for a metadata refresh."""
     if data.error_code in (E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH):
         info = app.metadata.partition(topic, index)
@@ -322,7 +356,7 @@ def _hint_leader(app: Any, topic: str, index: int, data: PartitionData) -> None:
 
 
 # ------------------------------------------------------------------------------------ finish
-def finish(app: Any, plan: Plan, done: Read) -> FetchResponse:
+def finish(app: BrokerApp, plan: Plan, done: Read) -> FetchResponse:
     """The answer as sent: an incremental session's answer lists only what changed; the session
     and the followers' last-told high watermarks are updated; counters counted."""
     state = read_path(app)
@@ -356,11 +390,11 @@ def _must_answer(session: FetchSession, topic: str, data: PartitionData) -> bool
                        data.error_code, flagged)
 
 
-def _note_high_watermarks_sent(app: Any, replica_id: int, sent: list[tuple[str, PartitionData]],
-                               state: ReadPath) -> None:
+def _note_high_watermarks_sent(app: BrokerApp, replica_id: int,
+                               sent: list[tuple[str, PartitionData]], state: ReadPath) -> None:
     stale = False
     for topic, data in sent:
-        partition = app.replicas.get(topic, data.partition_index)
+        partition = replicas_of(app).get(topic, data.partition_index)
         progress = partition.followers.get(replica_id) if partition is not None else None
         if progress is not None and data.error_code == 0:
             stale = stale or progress.high_watermark_sent != data.high_watermark
@@ -377,4 +411,4 @@ def _count_consumer_reads(state: ReadPath, sent: list[tuple[str, PartitionData]]
         state.follower_fetch_bytes_total += sum(done.as_follower)
 
 
-register(1, 4, 12, handle)
+register(ApiKey.FETCH, 4, 12, handle)

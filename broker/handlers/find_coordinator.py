@@ -13,31 +13,36 @@ listener the request came in on.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.find_coordinator import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.find_coordinator import (
     Coordinator,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
 )
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from . import register
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 KEY_TYPE_GROUP = 0
 
 
-async def _one(ctx: Any, key: str, key_type: int) -> Coordinator:
+async def _one(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
     if key_type != KEY_TYPE_GROUP:
         return Coordinator(key=key, node_id=-1, host="", port=-1,
                            error_code=ErrorCode.INVALID_REQUEST,
                            error_message="only group coordinators are served (no transactions)")
-    error, node_id, host, port = await ctx.app.groups.find(key, ctx.listener)
+    error, node_id, host, port = await groups_of(ctx.app).find(key, ctx.listener)
     return Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=error,
                        error_message=None)
 
 
-async def handle(ctx: Any, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
+async def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     key_type = request.key_type if ctx.version >= 1 else KEY_TYPE_GROUP
     if ctx.version >= 4:
         return FindCoordinatorResponse(coordinators=[
@@ -47,4 +52,4 @@ async def handle(ctx: Any, request: FindCoordinatorRequest) -> FindCoordinatorRe
                                    node_id=one.node_id, host=one.host, port=one.port)
 
 
-register(10, 0, 4, handle)
+register(ApiKey.FIND_COORDINATOR, 0, 4, handle)

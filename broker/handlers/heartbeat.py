@@ -6,21 +6,26 @@ tells it to rejoin; UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION and FENCED_INSTANCE_ID
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.heartbeat import HeartbeatRequest, HeartbeatResponse
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.heartbeat import HeartbeatRequest, HeartbeatResponse
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from . import register
 from ._groups import instance_id
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: HeartbeatRequest) -> HeartbeatResponse:
+
+async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
     if not request.group_id:
         return HeartbeatResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-    return HeartbeatResponse(error_code=ctx.app.groups.heartbeat(
+    return HeartbeatResponse(error_code=groups_of(ctx.app).heartbeat(
         request.group_id, request.generation_id, request.member_id,
         instance_id(ctx, request.group_instance_id, 3)))
 
 
-register(12, 0, 4, handle)
+register(ApiKey.HEARTBEAT, 0, 4, handle)

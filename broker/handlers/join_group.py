@@ -9,21 +9,26 @@ nullable protocol_name. The request waits (parked) until the group's join phase 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.join_group import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.join_group import (
     JoinGroupRequest,
     JoinGroupResponse,
     JoinGroupResponseMember,
 )
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from ..groups.state import JoinRequest
 from . import register
 from ._groups import client_host, client_id, instance_id
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: JoinGroupRequest) -> JoinGroupResponse:
+
+async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     v = ctx.version
     if not request.group_id:
         return JoinGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID,
@@ -39,7 +44,7 @@ async def handle(ctx: Any, request: JoinGroupRequest) -> JoinGroupResponse:
         protocol_type=request.protocol_type,
         protocols=tuple((p.name, p.metadata) for p in request.protocols),
         require_known_member_id=v >= 4)
-    result = await ctx.app.groups.join(request.group_id, join)
+    result = await groups_of(ctx.app).join(request.group_id, join)
     name = result.protocol_name
     return JoinGroupResponse(
         error_code=result.error, generation_id=result.generation,
@@ -50,4 +55,4 @@ async def handle(ctx: Any, request: JoinGroupRequest) -> JoinGroupResponse:
                  for m, i, meta in result.members])
 
 
-register(11, 0, 7, handle)
+register(ApiKey.JOIN_GROUP, 0, 7, handle)

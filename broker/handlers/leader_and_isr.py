@@ -21,32 +21,40 @@ controller epoch lists every partition placed here: local partitions it leaves o
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.leader_and_isr import (LeaderAndIsrPartitionError, LeaderAndIsrRequest,
-                                          LeaderAndIsrResponse)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.leader_and_isr import (
+    LeaderAndIsrPartitionError,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+)
 
+from ..broker_app import controller_of, replicas_of
 from ..partition import PartitionState
 from . import register
 from ._control import admitted
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
+
 log = logging.getLogger("epochlog.broker")
 
 
-async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse | None:
+async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse | None:
     app = ctx.app
     if not await app.control_request_ready("LeaderAndIsr"):
         return None  # no generation to judge it against: unanswered, the controller resends
     # Settings first: fencing and applying must see the same epochs, with no await between.
-    await app.replicas.load_topic_settings(
+    await replicas_of(app).load_topic_settings(
         [((t.topic_name, ps.partition_index), ps.is_new)
-         for t in request.topic_states for ps in t.partition_states], app.controller.forward)
+         for t in request.topic_states for ps in t.partition_states], controller_of(app).forward)
     error = await admitted(app, "LeaderAndIsr", request)  # again: our generation may have
     if error is None:                                     # ended while settings were fetched
         return None
     if error:
         return LeaderAndIsrResponse(error_code=error)
-    replicas = app.replicas
+    replicas = replicas_of(app)
     errors, listed = [], []
     for topic in request.topic_states:
         for ps in topic.partition_states:
@@ -69,4 +77,4 @@ async def handle(ctx: Any, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse
     return LeaderAndIsrResponse(partition_errors=errors)
 
 
-register(4, 2, 4, handle)
+register(ApiKey.LEADER_AND_ISR, 2, 4, handle)

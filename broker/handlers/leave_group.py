@@ -7,31 +7,36 @@ the instance's is FENCED_INSTANCE_ID), each with its own error; v4 is flexible.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.leave_group import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.leave_group import (
     LeaveGroupRequest,
     LeaveGroupResponse,
     MemberResponse,
 )
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from . import register
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: LeaveGroupRequest) -> LeaveGroupResponse:
+
+async def handle(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
     if ctx.version >= 3:
         leaving = [(m.member_id, m.group_instance_id or None) for m in request.members]
     else:
         leaving = [(request.member_id, None)]
     if not request.group_id:
         return LeaveGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-    error, errors = ctx.app.groups.leave(request.group_id, leaving)
+    error, errors = groups_of(ctx.app).leave(request.group_id, leaving)
     if ctx.version < 3:
         return LeaveGroupResponse(error_code=error or errors[0])
     return LeaveGroupResponse(error_code=error, members=[
         MemberResponse(member_id=m, group_instance_id=i, error_code=e)
-        for (m, i), e in zip(leaving, errors)])
+        for (m, i), e in zip(leaving, errors, strict=True)])
 
 
-register(13, 0, 4, handle)
+register(ApiKey.LEAVE_GROUP, 0, 4, handle)

@@ -7,15 +7,20 @@ its offsets partitions is still loading (with the groups already loaded), as Kaf
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
 
+from ..broker_app import groups_of
 from . import register
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: ListGroupsRequest) -> ListGroupsResponse:
-    error, groups = ctx.app.groups.list_groups()
+
+async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
+    error, groups = groups_of(ctx.app).list_groups()
     wanted = {s.lower() for s in request.states_filter} if ctx.version >= 4 else set()
     return ListGroupsResponse(error_code=error, groups=[
         ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
@@ -23,4 +28,4 @@ async def handle(ctx: Any, request: ListGroupsRequest) -> ListGroupsResponse:
         for g in groups if not wanted or g.state.value.lower() in wanted])
 
 
-register(16, 0, 4, handle)
+register(ApiKey.LIST_GROUPS, 0, 4, handle)

@@ -32,17 +32,26 @@ OFFSET_NOT_AVAILABLE (the consumer retries) rather than a stale offset.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.list_offsets import (ListOffsetsPartition, ListOffsetsPartitionResponse,
-                                        ListOffsetsRequest, ListOffsetsResponse,
-                                        ListOffsetsTopicResponse)
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsPartitionResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListOffsetsTopicResponse,
+)
+from epochlog.protocol.error_codes import ErrorCode
 
 from ..partition import Partition
 from ..storage import StorageError
 from . import register
 from ._partitions import high_watermark_known, serving
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+    from ..server import RequestContext
 
 E = ErrorCode
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
@@ -50,11 +59,11 @@ MAX_TIMESTAMP_VERSION_MIN = 7
 ANY_REPLICA = -2  # KIP-392's sentinel: a client reading from whichever replica it asks
 
 
-async def handle(ctx: Any, request: ListOffsetsRequest) -> ListOffsetsResponse:
+async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
     return answer(ctx.app, request, ctx.version)
 
 
-def answer(app: Any, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
+def answer(app: BrokerApp, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:
         answers = [_one(app, topic.name, p, request.replica_id, version)
@@ -63,7 +72,7 @@ def answer(app: Any, request: ListOffsetsRequest, version: int) -> ListOffsetsRe
     return ListOffsetsResponse(topics=topics)
 
 
-def _one(app: Any, topic: str, p: ListOffsetsPartition, replica_id: int,
+def _one(app: BrokerApp, topic: str, p: ListOffsetsPartition, replica_id: int,
          version: int) -> ListOffsetsPartitionResponse:
     answer = ListOffsetsPartitionResponse(partition_index=p.partition_index)
     partition, answer.error_code = serving(app, topic, p.partition_index, p.current_leader_epoch,
@@ -108,4 +117,4 @@ def _lookup(partition: Partition, timestamp: int, from_broker: bool) -> tuple[in
     return found
 
 
-register(2, 1, 7, handle)
+register(ApiKey.LIST_OFFSETS, 1, 7, handle)

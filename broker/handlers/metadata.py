@@ -1,9 +1,11 @@
-"""Metadata (key 3), versions 1-12.
+"""Metadata (key 3), versions 0-12.
 
-v1 racks and controller id; v2 cluster id; v4 allow_auto_topic_creation; v5 offline replicas;
+v0 asks for every topic with an empty list (and cannot say "none"); v1 racks and controller id;
+v2 cluster id; v4 allow_auto_topic_creation; v5 offline replicas;
 v7 partition leader epoch (KIP-320); v9 flexible; v10 topic ids (the controller's, which
 UpdateMetadata v7 brings to the cache; zero only for a topic whose id has not reached us); v12 a
-topic may be asked for by id alone (answered with its name, or UNKNOWN_TOPIC_ID).
+topic may be asked for by id alone (answered with its name, or UNKNOWN_TOPIC_ID). v8+ authorized
+operations, when asked: all of them, as Kafka without an authorizer (_acl_operations.py).
 
 Answered from the metadata cache (UpdateMetadata). An unknown topic is created when the client
 allows it (v4+; always before v4) and the broker's auto_create_topics_enable is on: CreateTopics
@@ -22,37 +24,54 @@ which forwards them to the controller (a node the clients never see).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.metadata import (MetadataRequest, MetadataRequestTopic, MetadataResponse,
-                                    MetadataResponseBroker, MetadataResponsePartition,
-                                    MetadataResponseTopic)
-from protocol.error_codes import ErrorCode
-from protocol.schema import ZERO_UUID
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.metadata import (
+    MetadataRequest,
+    MetadataRequestTopic,
+    MetadataResponse,
+    MetadataResponseBroker,
+    MetadataResponsePartition,
+    MetadataResponseTopic,
+)
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.schema import ZERO_UUID
 
 from ..metadata_cache import MetadataCache
 from . import register
+from ._acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, UNREQUESTED
 from ._partitions import valid_topic_name
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+    from ..server import RequestContext
 
 E = ErrorCode
 NO_LEADER = -1
 
 
-async def handle(ctx: Any, request: MetadataRequest) -> MetadataResponse:
+async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     app = ctx.app
     cache: MetadataCache = app.metadata
-    asked = None if request.topics is None else [_name(cache, t) for t in request.topics]
+    every = request.topics is None or (ctx.version == 0 and not request.topics)
+    asked = None if every else [_name(cache, t) for t in request.topics or ()]
     creating = app.config.auto_create_topics_enable and request.allow_auto_topic_creation
     if asked is not None and creating:
         missing = [n for n in asked if n and valid_topic_name(n) and not cache.has_topic(n)]
         if missing:
             await app.auto_create(missing)
     names = sorted(cache.topics) if asked is None else [n for n in asked if n is not None]
+    topics = [_topic(cache, name, creating) for name in names] + [
+        _unknown_id(t) for t in request.topics or () if t.name is None and _name(cache, t) is None]
+    if request.include_topic_authorized_operations:
+        for t in topics:
+            if not t.error_code:
+                t.topic_authorized_operations = TOPIC_OPERATIONS
     return MetadataResponse(brokers=_brokers(app, ctx.listener), cluster_id=app.config.cluster_id,
-                            controller_id=app.broker_id,
-                            topics=[_topic(cache, name, creating) for name in names]
-                            + [_unknown_id(t) for t in request.topics or ()
-                               if t.name is None and _name(cache, t) is None])
+                            controller_id=app.broker_id, topics=topics,
+                            cluster_authorized_operations=CLUSTER_OPERATIONS
+                            if request.include_cluster_authorized_operations else UNREQUESTED)
 
 
 def _name(cache: MetadataCache, asked: MetadataRequestTopic) -> str | None:
@@ -66,7 +85,7 @@ def _unknown_id(asked: MetadataRequestTopic) -> MetadataResponseTopic:
     return MetadataResponseTopic(error_code=E.UNKNOWN_TOPIC_ID, name=None, topic_id=asked.topic_id)
 
 
-def _brokers(app: Any, listener: str) -> list[MetadataResponseBroker]:
+def _brokers(app: BrokerApp, listener: str) -> list[MetadataResponseBroker]:
     known = app.metadata.brokers
     if not known:  # before the first UpdateMetadata: at least we exist
         host, port = app.listeners.get(listener, app.advertised)
@@ -99,4 +118,4 @@ def _topic(cache: MetadataCache, name: str, creating: bool) -> MetadataResponseT
         for index, p in sorted(parts.items())])
 
 
-register(3, 1, 12, handle)
+register(ApiKey.METADATA, 0, 12, handle)

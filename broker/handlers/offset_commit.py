@@ -15,31 +15,37 @@ partition the cluster does not have.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.offset_commit import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitResponse,
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
 )
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from ..groups.coordinator import OffsetToCommit
 from . import register
 from ._groups import instance_id
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: OffsetCommitRequest) -> OffsetCommitResponse:
+
+async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
     v = ctx.version
     offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
                               p.committed_leader_epoch if v >= 6 else -1,
                               p.committed_metadata or "")
                for t in request.topics for p in t.partitions]
+    errors: dict[tuple[str, int], int]
     if not request.group_id:
         errors = {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID for o in offsets}
     else:
-        errors = await ctx.app.groups.commit(
+        errors = await groups_of(ctx.app).commit(
             request.group_id, request.generation_id_or_member_epoch, request.member_id,
             instance_id(ctx, request.group_instance_id, 7), offsets)
     return OffsetCommitResponse(topics=[
@@ -50,4 +56,4 @@ async def handle(ctx: Any, request: OffsetCommitRequest) -> OffsetCommitResponse
         for t in request.topics])
 
 
-register(8, 2, 8, handle)
+register(ApiKey.OFFSET_COMMIT, 2, 8, handle)

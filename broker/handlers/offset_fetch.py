@@ -8,27 +8,35 @@ committed offset is stable). A partition without a committed offset answers offs
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.offset_fetch import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.offset_fetch import (
     OffsetFetchRequest,
     OffsetFetchResponse,
     OffsetFetchResponsePartition,
     OffsetFetchResponseTopic,
 )
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from . import register
 
+if TYPE_CHECKING:
+    from ..groups.state import CommittedOffset
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: OffsetFetchRequest) -> OffsetFetchResponse:
+
+async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     v = ctx.version
     wanted = None if request.topics is None else [
         (t.name, p) for t in request.topics for p in t.partition_indexes]
+    error: int
+    found: dict[tuple[str, int], CommittedOffset | None]
     if not request.group_id:
         error, found = ErrorCode.INVALID_GROUP_ID, {}
     else:
-        error, found = ctx.app.groups.fetch_offsets(request.group_id, wanted)
+        error, found = groups_of(ctx.app).fetch_offsets(request.group_id, wanted)
     if error:
         found = dict.fromkeys(wanted or [])
     by_topic: dict[str, list[OffsetFetchResponsePartition]] = {}
@@ -47,4 +55,4 @@ async def handle(ctx: Any, request: OffsetFetchRequest) -> OffsetFetchResponse:
                 for name, parts in by_topic.items()])
 
 
-register(9, 1, 7, handle)
+register(ApiKey.OFFSET_FETCH, 1, 7, handle)

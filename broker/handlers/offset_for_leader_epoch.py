@@ -24,25 +24,34 @@ Versions 0-2 carry no replica_id (decoded as -2, Kafka's debugging id) and are n
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.offset_for_leader_epoch import (EpochEndOffset, OffsetForLeaderEpochRequest,
-                                                   OffsetForLeaderEpochResponse,
-                                                   OffsetForLeaderPartition,
-                                                   OffsetForLeaderTopicResult)
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.offset_for_leader_epoch import (
+    EpochEndOffset,
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderEpochResponse,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopicResult,
+)
+from epochlog.protocol.error_codes import ErrorCode
 
 from . import register
 from ._partitions import high_watermark_known, serving
 
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+    from ..server import RequestContext
+
 CONSUMER = -1
 
 
-async def handle(ctx: Any, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
+async def handle(ctx: RequestContext,
+                 request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     return answer(ctx.app, request, ctx.version)
 
 
-def answer(app: Any, request: OffsetForLeaderEpochRequest,
+def answer(app: BrokerApp, request: OffsetForLeaderEpochRequest,
            version: int) -> OffsetForLeaderEpochResponse:
     topics = []
     for topic in request.topics:
@@ -51,7 +60,8 @@ def answer(app: Any, request: OffsetForLeaderEpochRequest,
     return OffsetForLeaderEpochResponse(topics=topics)
 
 
-def _one(app: Any, topic: str, p: OffsetForLeaderPartition, replica_id: int) -> EpochEndOffset:
+def _one(app: BrokerApp, topic: str, p: OffsetForLeaderPartition,
+         replica_id: int) -> EpochEndOffset:
     answer = EpochEndOffset(partition=p.partition)
     partition, answer.error_code = serving(app, topic, p.partition, p.current_leader_epoch)
     if partition is None:
@@ -66,4 +76,4 @@ def _one(app: Any, topic: str, p: OffsetForLeaderPartition, replica_id: int) -> 
     return answer
 
 
-register(23, 0, 4, handle)
+register(ApiKey.OFFSET_FOR_LEADER_EPOCH, 0, 4, handle)

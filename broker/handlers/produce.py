@@ -8,11 +8,12 @@ newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
 
 Each batch's structure is checked here (whole, magic 2, size against message_max_bytes, not
 transactional) before the leader appends it through storage, which checks its CRC (once; a
-mismatch is CORRUPT_MESSAGE), assigns offsets from the log end and stamps our leader epoch. Idempotent producers: storage's producer state checks
-sequences; a retried batch (Kafka's DUPLICATE_SEQUENCE_NUMBER case) is answered as a success with
-its original offsets, as Kafka does; OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH
-come from storage. Kafka (2.5+, KIP-360) no longer answers UNKNOWN_PRODUCER_ID to a produce, and
-neither do we: an unknown producer may start at any sequence.
+mismatch is CORRUPT_MESSAGE), assigns offsets from the log end and stamps our leader epoch.
+Idempotent producers: storage's producer state checks sequences; a retried batch (Kafka's
+DUPLICATE_SEQUENCE_NUMBER case) is answered as a success with its original offsets, as Kafka does;
+OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH come from storage. Kafka (2.5+, KIP-360) no
+longer answers UNKNOWN_PRODUCER_ID to a produce, and neither do we: an unknown producer may start at
+any sequence.
 
 acks: 0 -> no answer; 1 -> answered once the leader has appended; -1 (all) -> answered when the
 high watermark passes the last batch (the produce purgatory, woken when it moves) or after
@@ -35,17 +36,28 @@ handler adds only the wait.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.produce import (PartitionProduceData, PartitionProduceResponse,
-                                   ProduceRequest, ProduceResponse, TopicProduceResponse)
-from protocol.batch import CorruptBatch, read_header
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.produce import (
+    PartitionProduceData,
+    PartitionProduceResponse,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceResponse,
+)
+from epochlog.protocol.batch import CorruptBatch, read_header
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import replicas_of
 from ..partition import Partition
 from ..storage import StorageError
 from . import register
 from ._partitions import leader
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+    from ..server import RequestContext
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -76,14 +88,14 @@ def _check_batches(records: bytes | None, bytes_max: int) -> None:
             raise _Refused(code, str(exc)) from None
         if header.size > bytes_max:
             raise _Refused(E.MESSAGE_TOO_LARGE, f"batch of {header.size} bytes is over "
-                                                f"message_max_bytes {bytes_max}")
+                                                f"max.message.bytes {bytes_max}")
         if header.is_transactional or header.is_control:
             raise _Refused(E.INVALID_RECORD, "transactional and control batches are not "
                                              "accepted (no transactions)")
         pos += header.size
 
 
-def append(app: Any, topic: str, data: PartitionProduceData, acks: int
+def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int
            ) -> tuple[PartitionProduceResponse, Partition | None, int]:
     """The answer for one partition, and (partition, last offset) to wait for under acks=all
     (partition None: nothing to wait for)."""
@@ -99,7 +111,7 @@ def append(app: Any, topic: str, data: PartitionProduceData, acks: int
                                 f"min.insync.replicas={partition.min_insync_replicas} members")
         return answer, None, -1
     try:
-        _check_batches(data.records, app.config.message_max_bytes)
+        _check_batches(data.records, partition.log.config.max_message_bytes)
         assert data.records is not None
         info = partition.append_as_leader(data.records)
     except _Refused as exc:
@@ -108,13 +120,15 @@ def append(app: Any, topic: str, data: PartitionProduceData, acks: int
     except StorageError as exc:
         answer.error_code, answer.error_message = exc.error_code, str(exc)
         return answer, None, -1
-    app.replicas.poke((topic, data.index))
+    replicas_of(app).poke((topic, data.index))
     answer.base_offset = info.first_offset
     answer.log_start_offset = partition.log_start_offset
+    if partition.log.config.log_append_time:  # the time the leader stamped (Produce v2+)
+        answer.log_append_time_ms = info.max_timestamp_ms
     return answer, partition, info.last_offset
 
 
-async def handle(ctx: Any, request: ProduceRequest) -> ProduceResponse | None:
+async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     app = ctx.app
     refuse = 0
     if request.acks not in ACKS:
@@ -141,12 +155,13 @@ async def handle(ctx: Any, request: ProduceRequest) -> ProduceResponse | None:
     return ProduceResponse(responses=topics)
 
 
-def _still_leading(app: Any, partition: Partition, epoch: int) -> bool:
-    return (app.replicas.get(partition.topic, partition.index) is partition
+def _still_leading(app: BrokerApp, partition: Partition, epoch: int) -> bool:
+    return (replicas_of(app).get(partition.topic, partition.index) is partition
             and partition.is_leader and partition.leader_epoch == epoch)
 
 
-def replication_error(app: Any, partition: Partition, epoch: int, last_offset: int) -> int | None:
+def replication_error(app: BrokerApp, partition: Partition, epoch: int,
+                      last_offset: int) -> int | None:
     """acks=all for one appended partition: None while waiting, else the answer's error code
     (Kafka's checkEnoughReplicasReachOffset)."""
     leading = _still_leading(app, partition, epoch)
@@ -159,10 +174,11 @@ def replication_error(app: Any, partition: Partition, epoch: int, last_offset: i
     return None if leading else E.NOT_LEADER_OR_FOLLOWER
 
 
-async def _wait_for_replication(app: Any, waits: list[tuple[PartitionProduceResponse, Partition,
-                                                              int, int]], timeout_ms: int) -> None:
+async def _wait_for_replication(app: BrokerApp,
+                                waits: list[tuple[PartitionProduceResponse, Partition, int, int]],
+                                timeout_ms: int) -> None:
     """acks=all: until every appended partition's high watermark passes its last offset."""
-    await app.replicas.produce_purgatory.wait_until(
+    await replicas_of(app).produce_purgatory.wait_until(
         [(p.topic, p.index) for _, p, _, _ in waits],
         lambda: all(replication_error(app, p, epoch, last) is not None
                     for _, p, epoch, last in waits), timeout_ms)
@@ -171,4 +187,4 @@ async def _wait_for_replication(app: Any, waits: list[tuple[PartitionProduceResp
         answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
 
 
-register(0, 3, 9, handle)
+register(ApiKey.PRODUCE, 3, 9, handle)

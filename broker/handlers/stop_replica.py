@@ -12,13 +12,21 @@ the partition stops being served here, and its folder is deleted when asked.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.stop_replica import (StopReplicaPartitionError, StopReplicaRequest,
-                                        StopReplicaResponse)
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.stop_replica import (
+    StopReplicaPartitionError,
+    StopReplicaRequest,
+    StopReplicaResponse,
+)
 
+from ..broker_app import replicas_of
 from . import register
 from ._control import admitted
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
 
 def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, int, bool]]:
@@ -29,7 +37,7 @@ def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, in
             for t in request.topics for index in t.partition_indexes]
 
 
-async def handle(ctx: Any, request: StopReplicaRequest) -> StopReplicaResponse | None:
+async def handle(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse | None:
     app = ctx.app
     error = await admitted(app, "StopReplica", request)
     if error is None:
@@ -38,10 +46,10 @@ async def handle(ctx: Any, request: StopReplicaRequest) -> StopReplicaResponse |
         return StopReplicaResponse(error_code=error)
     errors = []
     for topic, index, leader_epoch, delete in _items(request, ctx.version):
-        code = app.replicas.stop_replica(topic, index, leader_epoch, delete)
+        code = replicas_of(app).stop_replica(topic, index, leader_epoch, delete)
         errors.append(StopReplicaPartitionError(topic_name=topic, partition_index=index,
                                                 error_code=code))
     return StopReplicaResponse(partition_errors=errors)
 
 
-register(5, 1, 3, handle)
+register(ApiKey.STOP_REPLICA, 1, 3, handle)

@@ -8,20 +8,25 @@ members' requests wait (parked) for that.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.sync_group import SyncGroupRequest, SyncGroupResponse
-from protocol.error_codes import ErrorCode
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.sync_group import SyncGroupRequest, SyncGroupResponse
+from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import groups_of
 from . import register
 from ._groups import instance_id
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: SyncGroupRequest) -> SyncGroupResponse:
+
+async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
     v = ctx.version
     if not request.group_id:
         return SyncGroupResponse(error_code=ErrorCode.INVALID_GROUP_ID)
-    result = await ctx.app.groups.sync(
+    result = await groups_of(ctx.app).sync(
         request.group_id, request.generation_id, request.member_id,
         instance_id(ctx, request.group_instance_id, 3),
         request.protocol_type if v >= 5 else None, request.protocol_name if v >= 5 else None,
@@ -32,4 +37,4 @@ async def handle(ctx: Any, request: SyncGroupRequest) -> SyncGroupResponse:
         protocol_name=result.protocol_name if v >= 5 else None)
 
 
-register(14, 0, 5, handle)
+register(ApiKey.SYNC_GROUP, 0, 5, handle)

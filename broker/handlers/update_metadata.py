@@ -10,15 +10,20 @@ metadata cache, which Metadata and DescribeCluster answers come from.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from protocol.apis.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.update_metadata import UpdateMetadataRequest, UpdateMetadataResponse
 
 from . import register
 from ._control import admitted
 
+if TYPE_CHECKING:
+    from ..server import RequestContext
 
-async def handle(ctx: Any, request: UpdateMetadataRequest) -> UpdateMetadataResponse | None:
+
+async def handle(ctx: RequestContext,
+                 request: UpdateMetadataRequest) -> UpdateMetadataResponse | None:
     app = ctx.app
     error = await admitted(app, "UpdateMetadata", request)
     if error is None:
@@ -29,4 +34,4 @@ async def handle(ctx: Any, request: UpdateMetadataRequest) -> UpdateMetadataResp
     return UpdateMetadataResponse()
 
 
-register(6, 5, 7, handle)
+register(ApiKey.UPDATE_METADATA, 5, 7, handle)

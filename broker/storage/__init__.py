@@ -2,21 +2,25 @@
 state, checkpoints and crash recovery, in Kafka's on-disk formats.
 
 Synchronous plain Python with an injected clock (ms): the broker's asyncio code calls it, and a
-deterministic simulation can drive it. Modules, bottom up: config, errors, checkpoints, epoch_cache,
-indexes, segment, segment_swap, producer_state, log, log_manager, cleaner.
+deterministic simulation can drive it. Modules, bottom up: config, errors, disk_health,
+checkpoints, epoch_cache, indexes, segment, segment_swap, producer_state, truncations, log,
+log_manager, cleaner.
 """
 
 from .config import LogConfig
+from .disk_health import DiskHealth
 from .epoch_cache import EpochEntry, LeaderEpochCache
 from .errors import (
                      AppendRefused,
                      CorruptCheckpoint,
                      CorruptLog,
                      CorruptRecords,
+                     DiskWriteFailed,
                      DuplicateSequence,
                      InconsistentIdentity,
                      InvalidProducerEpoch,
                      InvalidRecord,
+                     InvalidTimestamp,
                      LogConfigError,
                      OffsetOutOfRange,
                      OffsetsNotIncreasing,
@@ -29,8 +33,9 @@ from .log_manager import LogManager
 
 __all__ = [
     "AppendInfo", "AppendRefused", "CorruptCheckpoint", "CorruptLog", "CorruptRecords",
-    "DuplicateSequence", "EpochEntry", "FlushJob", "InconsistentIdentity", "InvalidProducerEpoch", "InvalidRecord",
-    "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager", "OffsetOutOfRange",
-    "OffsetsNotIncreasing", "OutOfOrderSequence", "RecordTooLarge", "StaleLeaderEpoch",
-    "StorageError",
+    "DiskHealth", "DiskWriteFailed", "DuplicateSequence", "EpochEntry", "FlushJob",
+    "InconsistentIdentity", "InvalidProducerEpoch",
+    "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager",
+    "InvalidTimestamp", "OffsetOutOfRange", "OffsetsNotIncreasing", "OutOfOrderSequence",
+    "RecordTooLarge", "StaleLeaderEpoch", "StorageError",
 ]

@@ -7,13 +7,14 @@ the `leader-epoch-checkpoint` holds `epoch start_offset` (see epoch_cache.py).
 
 Rules: a write goes to `<name>.tmp`, is fsynced, renamed over the old file, and the folder is
 fsynced, so a reader sees the old file or the new one, whole. A reader refuses (CorruptCheckpoint
-naming the file) anything that is not exactly that layout: wrong version, a count that does not match
-the lines, a bad number, or a last line without its newline (a file cut short mid-line would
+naming the file) anything that is not exactly that layout: wrong version, a count that does not
+match the lines, a bad number, or a last line without its newline (a file cut short mid-line would
 otherwise read as a smaller number).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterable
 from typing import TypeVar
@@ -42,7 +43,8 @@ def fsync_dir(path: str) -> None:
 
 
 def write_atomically(path: str, data: bytes) -> None:
-    """Replace the file at path with data: temp file, fsync, rename, fsync the folder."""
+    """Replace the file at path with data: temp file, fsync, rename, fsync the folder. If the
+    temp file cannot be written (a full disk), it is removed and the file at path is untouched."""
     tmp = path + TMP_SUFFIX
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -50,8 +52,12 @@ def write_atomically(path: str, data: bytes) -> None:
         while view:
             view = view[os.write(fd, view):]
         os.fsync(fd)
-    finally:
+    except OSError:
         os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    os.close(fd)
     os.replace(tmp, path)
     fsync_dir(os.path.dirname(os.path.abspath(path)))
 

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 from crc32c import crc32c
 
-from protocol.batch import (
+from epochlog.protocol.batch import (
     BATCH_HEADER_BYTES,
     COMPRESSION_MASK,
     CURRENT_MAGIC,
@@ -67,9 +67,9 @@ from protocol.batch import (
     CorruptBatch,
     read_header,
 )
-from protocol.compression import compress
-from protocol.records import Record, decode_batch
-from protocol.varint import encode_varint
+from epochlog.protocol.compression import compress
+from epochlog.protocol.records import Record, decode_batch
+from epochlog.protocol.varint import encode_varint
 
 from .checkpoints import TopicPartition, read_offsets, write_offsets
 from .config import LogConfig

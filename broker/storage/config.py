@@ -20,6 +20,11 @@ MS_PER_DAY = 24 * 60 * 60 * 1000
 SEGMENT_BYTES_MIN = 14  # Kafka's floor: room for one empty batch's log overhead
 INDEX_ENTRY_BYTES_MAX = 12  # a time index entry; an index must hold at least one
 CLEANUP_POLICIES = ("delete", "compact")  # cleanup_policy: one or both, comma-separated
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+# compression.type -> the codec id batches are stored with (None: the producer's).
+COMPRESSION_CODECS = {"producer": None, "uncompressed": 0, "gzip": 1, "snappy": 2, "lz4": 3,
+                      "zstd": 4}
+COMPRESSION_TYPES = tuple(COMPRESSION_CODECS)
 
 
 class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
@@ -37,6 +42,14 @@ class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
     min_cleanable_dirty_ratio: float = 0.5
     delete_retention_ms: int = MS_PER_DAY  # how long a tombstone outlives its first cleaning
     min_compaction_lag_ms: int = 0  # a segment newer than this is never cleaned
+    # message.timestamp.*: "LogAppendTime" stamps batches with the leader's clock; with
+    # "CreateTime" a batch timestamped more than before/after max ms from now is refused.
+    timestamp_type: str = "CreateTime"
+    # compression.type: "producer" keeps each batch as the producer compressed it; a codec
+    # ("uncompressed", "gzip", ...) makes the leader recompress batches that differ.
+    compression_type: str = "producer"
+    timestamp_before_max_ms: int = LONG_MAX
+    timestamp_after_max_ms: int = LONG_MAX
 
     def __post_init__(self) -> None:
         _at_least("segment_bytes", self.segment_bytes, SEGMENT_BYTES_MIN)
@@ -51,6 +64,14 @@ class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
         _at_least("max_message_bytes", self.max_message_bytes, 0)
         _at_least("delete_retention_ms", self.delete_retention_ms, 0)
         _at_least("min_compaction_lag_ms", self.min_compaction_lag_ms, 0)
+        _at_least("timestamp_before_max_ms", self.timestamp_before_max_ms, 0)
+        _at_least("timestamp_after_max_ms", self.timestamp_after_max_ms, 0)
+        if self.compression_type not in COMPRESSION_TYPES:
+            raise LogConfigError(f"compression_type must be one of "
+                                 f"{', '.join(COMPRESSION_TYPES)}, got {self.compression_type!r}")
+        if self.timestamp_type not in TIMESTAMP_TYPES:
+            raise LogConfigError(f"timestamp_type must be one of {', '.join(TIMESTAMP_TYPES)}, "
+                                 f"got {self.timestamp_type!r}")
         ratio = self.min_cleanable_dirty_ratio
         if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or not 0 <= ratio <= 1:
             raise LogConfigError(f"min_cleanable_dirty_ratio must be from 0 to 1, got {ratio!r}")
@@ -64,6 +85,15 @@ class LogConfig(msgspec.Struct, kw_only=True, frozen=True):
     def compact(self) -> bool:
         """Key-based compaction applies (cleaner.py); produced records must have keys."""
         return "compact" in self.cleanup_policy.split(",")
+
+    @property
+    def codec(self) -> int | None:
+        """The codec the leader stores batches with; None: as the producer sent them."""
+        return COMPRESSION_CODECS[self.compression_type]
+
+    @property
+    def log_append_time(self) -> bool:
+        return self.timestamp_type == "LogAppendTime"
 
     @property
     def delete(self) -> bool:

@@ -92,15 +92,16 @@ class LeaderEpochCache:
             latest = self._entries[-1]
             if latest.epoch == epoch and start_offset >= latest.start_offset:
                 return False
+        entries = list(self._entries)
         removed = []
-        while self._entries and (self._entries[-1].epoch >= epoch
-                                 or self._entries[-1].start_offset >= start_offset):
-            removed.append(self._entries.pop())
-        self._entries.append(EpochEntry(epoch, start_offset))
+        while entries and (entries[-1].epoch >= epoch or entries[-1].start_offset >= start_offset):
+            removed.append(entries.pop())
+        entries.append(EpochEntry(epoch, start_offset))
+        self._write(entries)  # first: a write that fails (OSError) leaves the cache as it was
+        self._entries = entries
         if removed:
             log.info("epoch cache %s: assign (%d, %d) removed %s", self.path, epoch,
                      start_offset, removed[::-1])
-        self._write()
         return True
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
@@ -151,6 +152,7 @@ class LeaderEpochCache:
             self._entries.clear()
             self._write()
 
-    def _write(self) -> None:
+    def _write(self, entries: list[EpochEntry] | None = None) -> None:
         if self.path is not None:
-            write_atomically(self.path, format_epoch_checkpoint(self._entries))
+            write_atomically(self.path, format_epoch_checkpoint(
+                self._entries if entries is None else entries))

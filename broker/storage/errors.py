@@ -16,6 +16,7 @@ DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
 KAFKA_STORAGE_ERROR = 56
 INVALID_RECORD = 87
+INVALID_TIMESTAMP = 32
 UNKNOWN_SERVER_ERROR = -1
 
 
@@ -51,6 +52,12 @@ class RecordTooLarge(AppendRefused):
     error_code = MESSAGE_TOO_LARGE
 
 
+class InvalidTimestamp(AppendRefused):
+    """A CreateTime batch timestamped outside the topic's message.timestamp.*.max.ms bounds."""
+
+    error_code = INVALID_TIMESTAMP
+
+
 class OffsetsNotIncreasing(AppendRefused):
     """A follower append whose offsets do not start at or after the log end, or go backwards."""
 
@@ -76,9 +83,28 @@ class DuplicateSequence(AppendRefused):
 
 
 class CorruptLog(StorageError):
-    """Stored bytes that fail their checks when read: refused, never served."""
+    """Stored bytes that fail their checks when read: refused, never served. `cut_offset`, when
+    known: the log is intact before it (truncating to it removes the damage)."""
 
     error_code = KAFKA_STORAGE_ERROR
+
+    def __init__(self, message: str, cut_offset: int | None = None) -> None:
+        super().__init__(message)
+        self.cut_offset = cut_offset
+
+
+class DiskWriteFailed(StorageError):
+    """A write to the data dir failed (a full disk, an I/O error): nothing of it was kept, so the
+    caller may try again once the disk takes writes (retriable, as Kafka's KAFKA_STORAGE_ERROR)."""
+
+    error_code = KAFKA_STORAGE_ERROR
+    retriable = True
+
+    def __init__(self, what: str, exc: OSError) -> None:
+        self.what = what
+        self.errno = exc.errno
+        reason = exc.strerror or str(exc)
+        super().__init__(f"cannot write {what}: {reason}")
 
 
 class CorruptCheckpoint(StorageError):

@@ -22,6 +22,15 @@ import os
 import struct
 
 
+def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
+    """pwrite all of data at position, going on after a short write (segments use it too)."""
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
+
+
 class _SparseIndex:
     """Sorted (key, value) pairs mirrored to a file; subclasses say what key and value mean."""
 
@@ -44,7 +53,7 @@ class _SparseIndex:
         return len(self._keys) >= self.entries_max
 
     def entries(self) -> list[tuple[int, int]]:
-        return list(zip(self._keys, self._values))
+        return list(zip(self._keys, self._values, strict=True))
 
     def _put(self, key: int, value: int) -> None:
         assert not self._keys or key > self._keys[-1], f"{self.path}: key {key} out of order"
@@ -70,8 +79,9 @@ class _SparseIndex:
         if self._written == len(self._keys):
             return
         data = b"".join(self._pack(k, v) for k, v in zip(self._keys[self._written:],
-                                                         self._values[self._written:]))
-        os.pwrite(self._fd, data, self._written * self.entry.size)
+                                                         self._values[self._written:],
+                                                         strict=True))
+        write_all(self._fd, data, self._written * self.entry.size)  # OSError: _written as is
         self._written = len(self._keys)
 
     def dup_fd(self) -> int:
@@ -83,7 +93,10 @@ class _SparseIndex:
 
     def close(self) -> None:
         if self._fd >= 0:
-            self.write_out()
+            try:
+                self.write_out()
+            except OSError:  # a full disk: the file keeps fewer entries, a sparser index that
+                pass         # still finds every offset (lookups scan on from an entry)
             os.close(self._fd)
             self._fd = -1
 

@@ -35,23 +35,33 @@ The core is synchronous and reads time only through the injected `clock` (ms).
 from __future__ import annotations
 
 import bisect
+import contextlib
 import logging
 import os
 import re
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from protocol.batch import BatchHeader, CorruptBatch, check_all, stamp
-from protocol.records import decode_batch
+from epochlog.protocol.batch import (
+    BatchHeader,
+    CorruptBatch,
+    check_all,
+    set_log_append_time,
+    stamp,
+)
+from epochlog.protocol.records import decode_batch, recompress
 
 from .checkpoints import TMP_SUFFIX, fsync_dir, write_atomically
 from .config import LogConfig
+from .disk_health import DiskHealth
 from .epoch_cache import LEADER_EPOCH_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpoint,
     CorruptLog,
     CorruptRecords,
+    DiskWriteFailed,
     InvalidRecord,
+    InvalidTimestamp,
     OffsetOutOfRange,
     OffsetsNotIncreasing,
     RecordTooLarge,
@@ -60,6 +70,7 @@ from .errors import (
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 from .segment_swap import complete_interrupted_swaps, remove_cleaned, swap_in
+from .truncations import Truncations
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
@@ -127,6 +138,12 @@ class Log:
         self._dir_dirty = False
         self._generation = 0  # bumped by every truncation at the end
         self.offset_gaps_allowed = False  # see OFFSET_GAPS_FILE
+        self.disk: DiskHealth | None = None  # the data dir's, set by LogManager
+        self.truncations: Truncations | None = None  # the data dir's, set by LogManager
+
+    def write_failed(self, what: str, exc: OSError) -> DiskWriteFailed:
+        """A failed write (OSError) as the error to raise, counted by the data dir's health."""
+        return self.disk.failed(what, exc) if self.disk is not None else DiskWriteFailed(what, exc)
 
     # --- opening and closing ---
 
@@ -248,8 +265,14 @@ class Log:
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
 
     def begin_leader_epoch(self, leader_epoch: int) -> None:
-        """Becoming leader: the new epoch starts at the log end (KIP-101 step 3)."""
-        self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+        """Becoming leader: the new epoch starts at the log end (KIP-101 step 3). On a disk that
+        refuses the write the cache keeps its last epoch, whose end is then our log end, which
+        is where the new one starts: OffsetForLeaderEpoch answers stay right, and the first
+        append at this epoch records it (`_write`)."""
+        try:
+            self.epoch_cache.assign(leader_epoch, self.log_end_offset)
+        except OSError as exc:
+            self.write_failed(f"leader epoch {leader_epoch} to {self.directory}", exc)
 
     def end_offset_for_epoch(self, leader_epoch: int) -> tuple[int, int]:
         return self.epoch_cache.end_offset_for(leader_epoch, self.log_end_offset)
@@ -275,9 +298,25 @@ class Log:
         if leader_epoch < self.epoch_cache.latest_epoch:
             raise StaleLeaderEpoch(f"leader epoch {leader_epoch} is older than the latest "
                                    f"epoch {self.epoch_cache.latest_epoch} of {self.directory}")
+        codec = self.config.codec
+        if codec is not None and any(h.compression != codec and not h.is_control
+                                     for h in headers):
+            records, headers = _recompressed(records, headers, codec)
+            for header in headers:
+                if header.size > self.config.max_message_bytes:
+                    raise RecordTooLarge(f"batch of {header.size} bytes once recompressed is "
+                                         f"above max_message_bytes "
+                                         f"{self.config.max_message_bytes}")
+        now_ms = self.clock()
+        if not self.config.log_append_time:
+            for header in headers:
+                _check_timestamps(header, now_ms, self.config)
         buf = records if isinstance(records, memoryview) and not records.readonly \
             else bytearray(records)
         stamped = _stamp(buf, headers, self.log_end_offset, leader_epoch)
+        if self.config.log_append_time:
+            stamped = [(pos, set_log_append_time(buf, pos, header, now_ms))
+                       for pos, header in stamped]
         duplicate = self.producer_state.check([h for _, h in stamped])
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset,
@@ -324,16 +363,23 @@ class Log:
     def _write(self, buf: bytes | bytearray | memoryview,
                stamped: list[tuple[int, BatchHeader]]) -> AppendInfo:
         first, last = stamped[0][1], stamped[-1][1]
-        self._maybe_roll(len(buf), first.base_offset, last.last_offset)
-        for _, header in stamped:
-            if header.partition_leader_epoch >= 0:
-                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        self.active_segment.append(buf, stamped)
+        try:
+            self._maybe_roll(len(buf), first.base_offset, last.last_offset)
+            for _, header in stamped:
+                if header.partition_leader_epoch >= 0:
+                    self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+            self.active_segment.append(buf, stamped)
+        except OSError as exc:  # nothing of the batches stays (Segment.append cuts it off)
+            raise self.write_failed(f"{len(buf)} bytes at offset {first.base_offset} to "
+                                    f"{self.directory}", exc) from None
+        if self.disk is not None:
+            self.disk.succeeded()
         for _, header in stamped:
             self.producer_state.update(header)
             self._unflushed_messages += header.record_count
         if self.auto_flush and self.flush_due():
-            self.flush()
+            with contextlib.suppress(DiskWriteFailed):  # the batches are in: a flush comes again
+                self.flush()
         return AppendInfo(first.base_offset, last.last_offset,
                           max(h.max_timestamp for _, h in stamped), len(stamped), len(buf))
 
@@ -411,7 +457,8 @@ class Log:
         unchanged = (generation == self._generation
                      and first is not None and first + len(old) < len(self._segments)
                      and all(a is b and a.size_bytes == size for a, b, size
-                             in zip(old, self._segments[first:first + len(old)], sizes))
+                             in zip(old, self._segments[first:first + len(old)], sizes,
+                                    strict=True))
                      and old[0].base_offset == cleaned_base)
         if not unchanged:
             remove_cleaned(self.directory, cleaned_base)
@@ -445,9 +492,14 @@ class Log:
         """Write pending index entries and capture what needs an fsync, up to the log end now."""
         fds: list[int] = []
         start = max(0, bisect.bisect_right(self._bases, self.recovery_point) - 1)
-        for segment in self._segments[start:]:
-            if segment.dirty:
-                fds.extend(segment.begin_flush())
+        try:
+            for segment in self._segments[start:]:
+                if segment.dirty:
+                    fds.extend(segment.begin_flush())
+        except OSError as exc:  # writing index entries out: the segments stay dirty
+            for fd in fds:
+                os.close(fd)
+            raise self.write_failed(f"index entries to {self.directory}", exc) from None
         dirs = [self.directory] if self._dir_dirty else []
         self._dir_dirty = False
         self._unflushed_messages = 0
@@ -512,7 +564,8 @@ class Log:
         try:
             _, records = decode_batch(segment.read_batch(position, header))
         except CorruptBatch as e:
-            raise CorruptLog(f"{segment.log_path} at position {position}: {e}") from None
+            raise CorruptLog(f"{segment.log_path} at position {position}: {e}",
+                             cut_offset=header.base_offset) from None
         for record in records:
             if record.offset >= self.log_start_offset and record.timestamp >= timestamp_ms:
                 return record.offset, record.timestamp
@@ -530,14 +583,17 @@ class Log:
 
     # --- truncating and deleting ---
 
-    def truncate_to(self, offset: int) -> None:
+    def truncate_to(self, offset: int,
+                    why: str = "truncated to the leader's log (an unclean election)") -> None:
         """Remove every batch holding an offset at or above offset (a batch holding offset goes
-        whole). The epoch cache and producer state follow."""
+        whole). The epoch cache and producer state follow. `why` is what a cut of committed
+        records is recorded with (truncations.py)."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
         old_end = self.log_end_offset
         if offset >= old_end:
             return
+        self._note_committed_cut(offset, why)
         if offset < self._bases[0]:
             self.truncate_fully_and_start_at(offset)
             return
@@ -553,6 +609,12 @@ class Log:
         self._after_truncation()
         log.info("%s: truncated from offset %d to %d", self.directory, old_end,
                  self.log_end_offset)
+
+    def _note_committed_cut(self, offset: int, why: str) -> None:
+        """Cutting from offset loses committed records if our high watermark is above it."""
+        end = min(self.high_watermark, self.log_end_offset)
+        if offset < end and self.truncations is not None:
+            self.truncations.record(os.path.basename(self.directory), offset, end, why)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every batch and start again, empty, at offset (a follower far behind)."""
@@ -575,7 +637,8 @@ class Log:
         end = self.log_end_offset
         self.epoch_cache.truncate_from_end(end)
         self.log_start_offset = min(self.log_start_offset, end)
-        self.high_watermark = min(self.high_watermark, end)
+        # never above the end, never below the start (a log started again at a later offset)
+        self.high_watermark = max(min(self.high_watermark, end), self.log_start_offset)
         self.recovery_point = min(self.recovery_point, end)
         self.producer_state.clear()
         self.producer_state.update_all(self._headers_from(self.log_start_offset))
@@ -642,6 +705,42 @@ def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHe
                 raise InvalidRecord(f"compacted topic partition {os.path.basename(directory)} "
                                     f"cannot accept a record without a key")
         position += header.size
+
+
+def _recompressed(records: bytes | bytearray | memoryview, headers: list[BatchHeader],
+                  codec: int) -> tuple[bytearray, list[BatchHeader]]:
+    """The batches with their records stored with codec (the topic's compression.type); control
+    batches and those already in codec are copied as they are."""
+    out = bytearray()
+    pos = 0
+    for header in headers:
+        if header.compression == codec or header.is_control:
+            out += records[pos:pos + header.size]
+        else:
+            try:
+                out += recompress(records, pos, header, codec)
+            except CorruptBatch as exc:
+                raise CorruptRecords(f"batch at position {pos} does not decompress: {exc}") \
+                    from None
+        pos += header.size
+    return out, check_all(out)
+
+
+def _check_timestamps(header: BatchHeader, now_ms: int, config: LogConfig) -> None:
+    """message.timestamp.before/after.max.ms on a CreateTime batch. Kafka checks every record;
+    here the batch's first record (base_timestamp) and its largest timestamp are checked, which
+    bound every record of batches written by Kafka's producers (deltas from the first record
+    are not negative)."""
+    if header.is_control:
+        return
+    if now_ms - header.base_timestamp > config.timestamp_before_max_ms:
+        raise InvalidTimestamp(
+            f"batch timestamp {header.base_timestamp} is {now_ms - header.base_timestamp} ms "
+            f"in the past; message.timestamp.before.max.ms is {config.timestamp_before_max_ms}")
+    if header.max_timestamp - now_ms > config.timestamp_after_max_ms:
+        raise InvalidTimestamp(
+            f"batch timestamp {header.max_timestamp} is {header.max_timestamp - now_ms} ms in "
+            f"the future; message.timestamp.after.max.ms is {config.timestamp_after_max_ms}")
 
 
 def _stamp(buf: bytearray | memoryview, headers: list[BatchHeader], first_offset: int,

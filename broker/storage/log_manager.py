@@ -19,6 +19,8 @@ interrupted and is finished on open.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import shutil
@@ -35,8 +37,10 @@ from .checkpoints import (
     write_offsets,
 )
 from .config import LogConfig
-from .errors import CorruptCheckpoint, InconsistentIdentity
+from .disk_health import DiskHealth
+from .errors import CorruptCheckpoint, DiskWriteFailed, InconsistentIdentity
 from .log import Clock, Log
+from .truncations import Truncations
 
 IDENTITY_FILE = "meta.properties"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
@@ -69,7 +73,15 @@ class LogManager:
         self.clock = clock
         self.retention_check_interval_ms = retention_check_interval_ms
         self.logs: dict[TopicPartition, Log] = {}
+        self.disk = DiskHealth(data_dir, clock)
+        self.truncations = Truncations(data_dir)
         self.had_clean_shutdown = False
+        # The broker generation the clean-shutdown marker names (KIP-966), -1 if none.
+        self.previous_broker_epoch = -1
+        # Logs whose recovery at open cut records below their checkpointed high watermark: they
+        # may no longer hold what their ISR committed (replicas.py takes them offline until the
+        # controller has taken them out of the ISR).
+        self.cut_at_open: set[TopicPartition] = set()
         self._last_checkpoint_ms = clock()
         self._last_retention_ms = clock()
 
@@ -83,6 +95,8 @@ class LogManager:
         check_identity(data_dir, broker_id, cluster_id)
         marker = os.path.join(data_dir, CLEAN_SHUTDOWN_FILE)
         self.had_clean_shutdown = os.path.exists(marker)
+        if self.had_clean_shutdown:
+            self.previous_broker_epoch = _marker_epoch(marker)
         recovery_points = self._read_checkpoint(RECOVERY_POINT_FILE)
         start_offsets = self._read_checkpoint(LOG_START_OFFSET_FILE)
         high_watermarks = self._read_checkpoint(HIGH_WATERMARK_FILE)
@@ -94,12 +108,18 @@ class LogManager:
             tp = parse_partition_dir_name(name)
             if tp is None or not os.path.isdir(path):
                 continue
-            self.logs[tp] = Log.open(
+            self.logs[tp] = opened = Log.open(
                 path, (configs or {}).get(tp[0], config), clock,
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=start_offsets.get(tp, 0),
                 high_watermark=high_watermarks.get(tp, 0),
                 clean_shutdown=self.had_clean_shutdown)
+            opened.disk, opened.truncations = self.disk, self.truncations
+            if opened.log_end_offset < high_watermarks.get(tp, 0):
+                self.cut_at_open.add(tp)
+                self.truncations.record(
+                    name, opened.log_end_offset, high_watermarks[tp],
+                    "recovery at start cut the log below its checkpointed high watermark")
         if self.had_clean_shutdown:
             os.unlink(marker)
         fsync_dir(data_dir)
@@ -129,6 +149,7 @@ class LogManager:
             return existing
         path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
         created = Log.open(path, config or self.config, self.clock, clean_shutdown=True)
+        created.disk, created.truncations = self.disk, self.truncations
         self.logs[(topic, partition)] = created
         log.info("created log %s", path)
         return created
@@ -165,7 +186,8 @@ class LogManager:
         now_ms = self.clock()
         for each in self.logs.values():
             if each.auto_flush:
-                each.maybe_flush()
+                with contextlib.suppress(DiskWriteFailed):  # counted; tried again next tick
+                    each.maybe_flush()
         if now_ms - self._last_retention_ms >= self.retention_check_interval_ms:
             self._last_retention_ms = now_ms
             for each in self.logs.values():
@@ -173,25 +195,55 @@ class LogManager:
         if now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
             self.write_checkpoints()
 
-    def write_checkpoints(self) -> None:
+    def write_checkpoints(self) -> bool:
+        """Write the three offset checkpoints; False if the disk refused one (it is counted in
+        `disk`, the old file stays whole, and the next interval tries again)."""
         self._last_checkpoint_ms = self.clock()
-        self._write(HIGH_WATERMARK_FILE, {tp: lg.high_watermark for tp, lg in self.logs.items()})
-        self._write(RECOVERY_POINT_FILE, {tp: lg.recovery_point for tp, lg in self.logs.items()})
-        self._write(LOG_START_OFFSET_FILE,
-                    {tp: lg.log_start_offset for tp, lg in self.logs.items()})
+        written = [
+            self._write(HIGH_WATERMARK_FILE,
+                        {tp: lg.high_watermark for tp, lg in self.logs.items()}),
+            self._write(RECOVERY_POINT_FILE,
+                        {tp: lg.recovery_point for tp, lg in self.logs.items()}),
+            self._write(LOG_START_OFFSET_FILE,
+                        {tp: lg.log_start_offset for tp, lg in self.logs.items()})]
+        if all(written):
+            self.disk.succeeded()
+        return all(written)
 
-    def _write(self, name: str, offsets: dict[TopicPartition, int]) -> None:
-        write_offsets(os.path.join(self.data_dir, name), offsets)
+    def _write(self, name: str, offsets: dict[TopicPartition, int]) -> bool:
+        path = os.path.join(self.data_dir, name)
+        try:
+            write_offsets(path, offsets)
+        except OSError as exc:
+            self.disk.failed(f"checkpoint {path}", exc)
+            return False
+        return True
 
-    def close(self) -> None:
-        """Clean shutdown: flush every log, write the checkpoints, then the marker."""
+    def close(self, broker_epoch: int = -1) -> None:
+        """Clean shutdown: flush every log, write the checkpoints, then the marker, which names
+        the broker generation that shut down (KIP-966). On a disk that refuses writes the marker
+        is left out, so the next start recovers the logs."""
+        flushed = True
         for each in self.logs.values():
-            each.flush()
-        self.write_checkpoints()
+            try:
+                each.flush()
+            except DiskWriteFailed:
+                flushed = False
+        flushed = self.write_checkpoints() and flushed
         for each in self.logs.values():
             each.close()
-        write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE), b"")
-        log.info("closed data dir %s cleanly", self.data_dir)
+        if flushed:
+            try:
+                write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE),
+                                 json.dumps({"version": 0, "brokerEpoch": broker_epoch}).encode())
+            except OSError as exc:
+                self.disk.failed("the clean-shutdown marker", exc)
+                flushed = False
+        if flushed:
+            log.info("closed data dir %s cleanly", self.data_dir)
+        else:
+            log.warning("closed data dir %s without its clean-shutdown marker (the disk refused "
+                        "writes): the next start recovers the logs", self.data_dir)
 
 
 def read_identity(path: str) -> dict[str, str]:
@@ -224,3 +276,14 @@ def check_identity(data_dir: str, broker_id: int, cluster_id: str) -> None:
         raise InconsistentIdentity(
             f"{path} belongs to broker {fields['broker.id']} of cluster {fields['cluster.id']}, "
             f"not broker {broker_id} of cluster {cluster_id}")
+
+
+def _marker_epoch(path: str) -> int:
+    """The broker epoch in a clean-shutdown marker (Kafka's JSON, {"version": 0, "brokerEpoch":
+    N}); -1 for an empty or unreadable one (written before epochs were kept there)."""
+    try:
+        with open(path, "rb") as f:
+            epoch = json.loads(f.read() or b"{}").get("brokerEpoch", -1)
+    except (OSError, ValueError, AttributeError):
+        return -1
+    return epoch if isinstance(epoch, int) else -1

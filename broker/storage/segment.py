@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Iterator
 
-from protocol.batch import (
+from epochlog.protocol.batch import (
     BATCH_HEADER_BYTES,
     BatchHeader,
     CorruptBatch,
@@ -34,7 +34,7 @@ from protocol.batch import (
 
 from .config import LogConfig
 from .errors import CorruptLog
-from .indexes import OffsetIndex, TimeIndex
+from .indexes import OffsetIndex, TimeIndex, write_all
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -48,14 +48,6 @@ log = logging.getLogger("epochlog.storage")
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
-
-
-def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.pwrite(fd, view, position)
-        view = view[written:]
-        position += written
 
 
 class Segment:
@@ -94,11 +86,17 @@ class Segment:
 
     def append(self, buf: bytes | bytearray | memoryview,
                headers: list[tuple[int, BatchHeader]]) -> None:
-        """Write whole batches (headers: their positions inside buf) at the end of the file."""
+        """Write whole batches (headers: their positions inside buf) at the end of the file.
+        A write that fails (OSError: a full disk) is cut off again: the file and this object are
+        as before, and the error propagates."""
         position = self.size_bytes
         assert not headers or headers[0][1].base_offset >= self.next_offset, \
             f"{self.log_path}: offsets go back"
-        write_all(self._fd, buf, position)
+        try:
+            write_all(self._fd, buf, position)
+        except OSError:
+            os.ftruncate(self._fd, position)  # shrinking needs no space
+            raise
         for pos, header in headers:
             self._track(header, position + pos)
         self.size_bytes += len(buf)
@@ -182,25 +180,35 @@ class Segment:
                              f"bytes runs past the segment end {self.size_bytes}")
         return header
 
-    def headers(self, position: int = 0) -> Iterator[tuple[int, BatchHeader]]:
-        """(position, header) of each batch from position (a batch boundary) to the end."""
+    def headers(self, position: int = 0, first_offset: int | None = None
+                ) -> Iterator[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from position (a batch boundary, where the batch
+        holding first_offset, or the segment's first, starts) to the end. A header that does
+        not parse raises CorruptLog whose cut_offset is where the batches read so far end."""
+        cut = self.base_offset if first_offset is None else first_offset
         while position < self.size_bytes:
-            header = self.header_at(position)
+            try:
+                header = self.header_at(position)
+            except CorruptLog as exc:
+                raise CorruptLog(str(exc), cut_offset=cut) from None
             yield position, header
             position += header.size
+            cut = header.next_offset
 
     def find(self, offset: int) -> tuple[int, BatchHeader] | None:
         """Position and header of the first batch whose last offset is at or above offset."""
-        _, position = self.offset_index.lookup(offset)
+        entry, position = self.offset_index.lookup(offset)
         assert position <= self.size_bytes, f"{self.log_path}: index points past the segment"
-        for pos, header in self.headers(position):
+        for pos, header in self.headers(position, entry):
             if header.last_offset >= offset:
                 return pos, header
         return None
 
     def read(self, offset: int, bytes_max: int, offset_max: int | None = None) -> bytes:
         """Whole batches from the one holding offset: as many as fit in bytes_max, but at least
-        one; none that start at or after offset_max. Each batch is CRC-checked."""
+        one; none that start at or after offset_max. Each batch is CRC-checked: the intact
+        batches before a bad one are returned, and a read that starts at a bad batch raises
+        CorruptLog naming the file, position and offset (never a corrupt byte served)."""
         found = self.find(offset)
         if found is None:
             return b""
@@ -222,15 +230,17 @@ class Segment:
                 next_offset = header.next_offset
                 end = pos + header.size
         except CorruptBatch as e:
-            raise CorruptLog(f"{self.log_path} near position {position + end}: {e}") from None
+            if end == 0:
+                raise CorruptLog(f"{self.log_path} at position {position} (offset "
+                                 f"{next_offset}): {e}", cut_offset=next_offset) from None
         return chunk if end == len(chunk) else chunk[:end]
 
     def find_by_timestamp(self, timestamp_ms: int, offset_min: int
                           ) -> tuple[int, BatchHeader] | None:
         """The first batch at or after offset_min whose max timestamp reaches timestamp_ms."""
         _, offset = self.time_index.lookup(timestamp_ms)
-        _, position = self.offset_index.lookup(max(offset, offset_min))
-        for pos, header in self.headers(position):
+        entry, position = self.offset_index.lookup(max(offset, offset_min))
+        for pos, header in self.headers(position, entry):
             if header.last_offset >= offset_min and header.max_timestamp >= timestamp_ms:
                 return pos, header
         return None
@@ -276,8 +286,9 @@ class Segment:
         self.time_index.reset()
         self._reset_stats()
         position, problem = 0, None
-        for pos, header, problem in self._scan_valid(file_bytes):
+        for pos, header, why in self._scan_valid(file_bytes):
             if header is None:
+                problem = why
                 break
             self._track(header, pos)
             position = pos + header.size

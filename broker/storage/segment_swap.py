@@ -24,7 +24,7 @@ import logging
 import os
 import re
 
-from protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_header
+from epochlog.protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_header
 
 from .checkpoints import fsync_dir
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
@@ -57,7 +57,7 @@ def swap_in(directory: str, new_base: int, old_bases: list[int]) -> list[str]:
     cleaned = segment_paths(directory, new_base, CLEANED_SUFFIX)
     swapped = segment_paths(directory, new_base, SWAP_SUFFIX)
     final = segment_paths(directory, new_base)
-    for source, target in zip(cleaned, swapped):
+    for source, target in zip(cleaned, swapped, strict=True):
         os.rename(source, target)
     fsync_dir(directory)
     deleted = []
@@ -66,7 +66,7 @@ def swap_in(directory: str, new_base: int, old_bases: list[int]) -> list[str]:
             if os.path.exists(path):
                 os.rename(path, path + DELETED_SUFFIX)
                 deleted.append(path + DELETED_SUFFIX)
-    for source, target in list(zip(swapped, final))[::-1]:  # the .log last
+    for source, target in list(zip(swapped, final, strict=True))[::-1]:  # the .log last
         os.rename(source, target)
     fsync_dir(directory)
     return deleted

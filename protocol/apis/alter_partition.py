@@ -10,6 +10,7 @@ import uuid
 from typing import Annotated
 
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import ZERO_UUID, Message, V, i8, i16, i32, i64
 
 
@@ -61,5 +62,6 @@ class AlterPartitionResponse(Message):
     topics: list[AlterPartitionResponseTopic] = []
 
 
-API = Api(key=56, name="AlterPartition", min_version=0, max_version=3, flexible_from=0,
+API = Api(key=ApiKey.ALTER_PARTITION, name="AlterPartition",
+          min_version=0, max_version=3, flexible_from=0,
           request=AlterPartitionRequest, response=AlterPartitionResponse)

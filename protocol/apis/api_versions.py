@@ -7,8 +7,8 @@ UNSUPPORTED_VERSION and its ranges in a v0 body (KIP-511).
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -45,5 +45,6 @@ class ApiVersionsResponse(Message):
     zk_migration_ready: Annotated[bool, V("3+", tag=3, tagged="3+")] = False
 
 
-API = Api(key=18, name="ApiVersions", min_version=0, max_version=3, flexible_from=3,
+API = Api(key=ApiKey.API_VERSIONS, name="ApiVersions",
+          min_version=0, max_version=3, flexible_from=3,
           request=ApiVersionsRequest, response=ApiVersionsResponse)

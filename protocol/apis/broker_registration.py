@@ -1,14 +1,18 @@
-"""BrokerRegistration (key 62): version 0, flexible. Broker to controller.
+"""BrokerRegistration (key 62): versions 0-2, flexible. Broker to controller.
 
 A broker (re)joining sends its id, rack, listeners and an incarnation id new at every process
 start; the controller answers with the broker's generation (broker_epoch, KIP-380), which strictly
-increases at every registration, also across controller restarts.
+increases at every registration, also across controller restarts. v2 adds previous_broker_epoch
+(KIP-966): the generation the process shut down cleanly from, as its clean-shutdown file says,
+or -1 after a crash. (v1's is_migrating_zk_broker and v3's log_dirs are declared for the layout;
+epochlog sends neither.)
 """
 
 import uuid
 from typing import Annotated
 
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import ZERO_UUID, Message, V, i16, i32, i64, u16
 
 
@@ -32,6 +36,9 @@ class BrokerRegistrationRequest(Message):
     listeners: list[BrokerRegistrationListener] = []
     features: list[BrokerRegistrationFeature] = []
     rack: Annotated[str | None, V(nullable="0+")] = None
+    is_migrating_zk_broker: Annotated[bool, V("1+")] = False
+    log_dirs: Annotated[list[uuid.UUID], V("3+")] = []
+    previous_broker_epoch: Annotated[i64, V("2+")] = -1
 
 
 class BrokerRegistrationResponse(Message):
@@ -40,5 +47,6 @@ class BrokerRegistrationResponse(Message):
     broker_epoch: i64 = -1
 
 
-API = Api(key=62, name="BrokerRegistration", min_version=0, max_version=0, flexible_from=0,
+API = Api(key=ApiKey.BROKER_REGISTRATION, name="BrokerRegistration",
+          min_version=0, max_version=2, flexible_from=0,
           request=BrokerRegistrationRequest, response=BrokerRegistrationResponse)

@@ -8,6 +8,7 @@ broker asks again until that list is empty, then stops.
 from typing import Annotated
 
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -26,5 +27,6 @@ class ControlledShutdownResponse(Message):
     remaining_partitions: list[RemainingPartition] = []
 
 
-API = Api(key=7, name="ControlledShutdown", min_version=1, max_version=3, flexible_from=3,
+API = Api(key=ApiKey.CONTROLLED_SHUTDOWN, name="ControlledShutdown",
+          min_version=1, max_version=3, flexible_from=3,
           request=ControlledShutdownRequest, response=ControlledShutdownResponse)

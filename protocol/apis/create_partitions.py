@@ -5,8 +5,8 @@ v2 is flexible.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -37,5 +37,6 @@ class CreatePartitionsResponse(Message):
     results: list[CreatePartitionsTopicResult] = []
 
 
-API = Api(key=37, name="CreatePartitions", min_version=0, max_version=3, flexible_from=2,
+API = Api(key=ApiKey.CREATE_PARTITIONS, name="CreatePartitions",
+          min_version=0, max_version=3, flexible_from=2,
           request=CreatePartitionsRequest, response=CreatePartitionsResponse)

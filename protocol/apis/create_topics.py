@@ -7,8 +7,8 @@ v5 is flexible and returns the created topic's settings; v7 returns topic ids.
 import uuid
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import ZERO_UUID, Message, V, i8, i16, i32
 
 
@@ -60,5 +60,6 @@ class CreateTopicsResponse(Message):
     topics: list[CreatableTopicResult] = []
 
 
-API = Api(key=19, name="CreateTopics", min_version=2, max_version=7, flexible_from=5,
+API = Api(key=ApiKey.CREATE_TOPICS, name="CreateTopics",
+          min_version=2, max_version=7, flexible_from=5,
           request=CreateTopicsRequest, response=CreateTopicsResponse)

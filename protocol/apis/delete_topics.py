@@ -6,8 +6,8 @@ v4 is flexible; v5 a per-topic error message; v6 deletes by name or topic id.
 import uuid
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import ZERO_UUID, Message, V, i16, i32
 
 
@@ -34,5 +34,6 @@ class DeleteTopicsResponse(Message):
     responses: list[DeletableTopicResult] = []
 
 
-API = Api(key=20, name="DeleteTopics", min_version=1, max_version=6, flexible_from=4,
+API = Api(key=ApiKey.DELETE_TOPICS, name="DeleteTopics",
+          min_version=1, max_version=6, flexible_from=4,
           request=DeleteTopicsRequest, response=DeleteTopicsResponse)

@@ -5,8 +5,8 @@ v1 adds endpoint_type.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i8, i16, i32
 
 
@@ -33,5 +33,6 @@ class DescribeClusterResponse(Message):
     cluster_authorized_operations: i32 = -2147483648
 
 
-API = Api(key=60, name="DescribeCluster", min_version=0, max_version=1, flexible_from=0,
+API = Api(key=ApiKey.DESCRIBE_CLUSTER, name="DescribeCluster",
+          min_version=0, max_version=1, flexible_from=0,
           request=DescribeClusterRequest, response=DescribeClusterResponse)

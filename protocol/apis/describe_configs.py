@@ -5,8 +5,8 @@ v1 adds synonyms; v3 config type and documentation; v4 is flexible.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i8, i16, i32
 
 
@@ -52,5 +52,6 @@ class DescribeConfigsResponse(Message):
     results: list[DescribeConfigsResult] = []
 
 
-API = Api(key=32, name="DescribeConfigs", min_version=1, max_version=4, flexible_from=4,
+API = Api(key=ApiKey.DESCRIBE_CONFIGS, name="DescribeConfigs",
+          min_version=1, max_version=4, flexible_from=4,
           request=DescribeConfigsRequest, response=DescribeConfigsResponse)

@@ -5,8 +5,8 @@ v3 adds authorized operations; v4 group_instance_id of members; v5 is flexible.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -39,5 +39,6 @@ class DescribeGroupsResponse(Message):
     groups: list[DescribedGroup] = []
 
 
-API = Api(key=15, name="DescribeGroups", min_version=0, max_version=5, flexible_from=5,
+API = Api(key=ApiKey.DESCRIBE_GROUPS, name="DescribeGroups",
+          min_version=0, max_version=5, flexible_from=5,
           request=DescribeGroupsRequest, response=DescribeGroupsResponse)

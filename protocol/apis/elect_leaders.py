@@ -5,8 +5,8 @@ v1 adds election_type (preferred or unclean) and a top-level error code; v2 is f
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i8, i16, i32
 
 
@@ -38,5 +38,6 @@ class ElectLeadersResponse(Message):
     replica_election_results: list[ReplicaElectionResult] = []
 
 
-API = Api(key=43, name="ElectLeaders", min_version=0, max_version=2, flexible_from=2,
+API = Api(key=ApiKey.ELECT_LEADERS, name="ElectLeaders",
+          min_version=0, max_version=2, flexible_from=2,
           request=ElectLeadersRequest, response=ElectLeadersResponse)

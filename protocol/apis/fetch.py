@@ -7,8 +7,8 @@ diverging_epoch answer that followers use to truncate.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, Records, V, i8, i16, i32, i64
 
 
@@ -93,5 +93,6 @@ class FetchResponse(Message):
     responses: list[FetchableTopicResponse] = []
 
 
-API = Api(key=1, name="Fetch", min_version=4, max_version=12, flexible_from=12,
+API = Api(key=ApiKey.FETCH, name="Fetch",
+          min_version=4, max_version=12, flexible_from=12,
           request=FetchRequest, response=FetchResponse)

@@ -5,8 +5,8 @@ v1 adds key_type (group or transaction); v3 is flexible; v4 batches coordinator 
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i8, i16, i32
 
 
@@ -35,5 +35,6 @@ class FindCoordinatorResponse(Message):
     coordinators: Annotated[list[Coordinator], V("4+")] = []
 
 
-API = Api(key=10, name="FindCoordinator", min_version=0, max_version=4, flexible_from=3,
+API = Api(key=ApiKey.FIND_COORDINATOR, name="FindCoordinator",
+          min_version=0, max_version=4, flexible_from=3,
           request=FindCoordinatorRequest, response=FindCoordinatorResponse)

@@ -5,8 +5,8 @@ v3 adds group_instance_id; v4 is flexible.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -22,5 +22,6 @@ class HeartbeatResponse(Message):
     error_code: i16 = 0
 
 
-API = Api(key=12, name="Heartbeat", min_version=0, max_version=4, flexible_from=4,
+API = Api(key=ApiKey.HEARTBEAT, name="Heartbeat",
+          min_version=0, max_version=4, flexible_from=4,
           request=HeartbeatRequest, response=HeartbeatResponse)

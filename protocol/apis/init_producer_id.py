@@ -5,8 +5,8 @@ v2 is flexible; v3 lets a producer bump its epoch with producer_id and producer_
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -24,5 +24,6 @@ class InitProducerIdResponse(Message):
     producer_epoch: i16 = 0
 
 
-API = Api(key=22, name="InitProducerId", min_version=0, max_version=4, flexible_from=2,
+API = Api(key=ApiKey.INIT_PRODUCER_ID, name="InitProducerId",
+          min_version=0, max_version=4, flexible_from=2,
           request=InitProducerIdRequest, response=InitProducerIdResponse)

@@ -6,8 +6,8 @@ v1 adds rebalance_timeout_ms; v4 MEMBER_ID_REQUIRED for new members; v5 group_in
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -43,5 +43,6 @@ class JoinGroupResponse(Message):
     members: list[JoinGroupResponseMember] = []
 
 
-API = Api(key=11, name="JoinGroup", min_version=0, max_version=7, flexible_from=6,
+API = Api(key=ApiKey.JOIN_GROUP, name="JoinGroup",
+          min_version=0, max_version=7, flexible_from=6,
           request=JoinGroupRequest, response=JoinGroupResponse)

@@ -10,6 +10,7 @@ controller_epoch with STALE_CONTROLLER_EPOCH.
 from typing import Annotated
 
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -56,5 +57,6 @@ class LeaderAndIsrResponse(Message):
     partition_errors: list[LeaderAndIsrPartitionError] = []
 
 
-API = Api(key=4, name="LeaderAndIsr", min_version=2, max_version=4, flexible_from=4,
+API = Api(key=ApiKey.LEADER_AND_ISR, name="LeaderAndIsr",
+          min_version=2, max_version=4, flexible_from=4,
           request=LeaderAndIsrRequest, response=LeaderAndIsrResponse)

@@ -5,8 +5,8 @@ v3 leaves several members at once (with group_instance_id); v4 is flexible.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -33,5 +33,6 @@ class LeaveGroupResponse(Message):
     members: Annotated[list[MemberResponse], V("3+")] = []
 
 
-API = Api(key=13, name="LeaveGroup", min_version=0, max_version=4, flexible_from=4,
+API = Api(key=ApiKey.LEAVE_GROUP, name="LeaveGroup",
+          min_version=0, max_version=4, flexible_from=4,
           request=LeaveGroupRequest, response=LeaveGroupResponse)

@@ -5,8 +5,8 @@ v3 is flexible; v4 filters by state.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -26,5 +26,6 @@ class ListGroupsResponse(Message):
     groups: list[ListedGroup] = []
 
 
-API = Api(key=16, name="ListGroups", min_version=0, max_version=4, flexible_from=3,
+API = Api(key=ApiKey.LIST_GROUPS, name="ListGroups",
+          min_version=0, max_version=4, flexible_from=3,
           request=ListGroupsRequest, response=ListGroupsResponse)

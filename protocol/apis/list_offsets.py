@@ -6,8 +6,8 @@ v2 adds isolation_level; v4 current_leader_epoch in the request and leader_epoch
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i8, i16, i32, i64
 
 
@@ -46,5 +46,6 @@ class ListOffsetsResponse(Message):
     topics: list[ListOffsetsTopicResponse] = []
 
 
-API = Api(key=2, name="ListOffsets", min_version=1, max_version=7, flexible_from=6,
+API = Api(key=ApiKey.LIST_OFFSETS, name="ListOffsets",
+          min_version=1, max_version=7, flexible_from=6,
           request=ListOffsetsRequest, response=ListOffsetsResponse)

@@ -6,8 +6,8 @@ v7 group_instance_id; v8 is flexible.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -47,5 +47,6 @@ class OffsetCommitResponse(Message):
     topics: list[OffsetCommitResponseTopic] = []
 
 
-API = Api(key=8, name="OffsetCommit", min_version=2, max_version=8, flexible_from=8,
+API = Api(key=ApiKey.OFFSET_COMMIT, name="OffsetCommit",
+          min_version=2, max_version=8, flexible_from=8,
           request=OffsetCommitRequest, response=OffsetCommitResponse)

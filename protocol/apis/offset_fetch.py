@@ -6,8 +6,8 @@ v2 adds a top-level error code and null topics (all offsets); v5 committed_leade
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -41,5 +41,6 @@ class OffsetFetchResponse(Message):
     error_code: Annotated[i16, V("2+")] = 0
 
 
-API = Api(key=9, name="OffsetFetch", min_version=1, max_version=7, flexible_from=6,
+API = Api(key=ApiKey.OFFSET_FETCH, name="OffsetFetch",
+          min_version=1, max_version=7, flexible_from=6,
           request=OffsetFetchRequest, response=OffsetFetchResponse)

@@ -6,8 +6,8 @@ v1 returns the leader_epoch of the end offset; v2 current_leader_epoch (KIP-320)
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -44,5 +44,6 @@ class OffsetForLeaderEpochResponse(Message):
     topics: list[OffsetForLeaderTopicResult] = []
 
 
-API = Api(key=23, name="OffsetForLeaderEpoch", min_version=0, max_version=4, flexible_from=4,
+API = Api(key=ApiKey.OFFSET_FOR_LEADER_EPOCH, name="OffsetForLeaderEpoch",
+          min_version=0, max_version=4, flexible_from=4,
           request=OffsetForLeaderEpochRequest, response=OffsetForLeaderEpochResponse)

@@ -8,12 +8,12 @@ field, so clients that do not send it are unaffected). A leader fences it as it 
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, Records, V, i16, i32, i64
 
-
-# Tag number of epochlog's KIP-359 field. High on purpose: Kafka assigns its own tags upwards from 0.
+# Tag number of epochlog's KIP-359 field. High on purpose: Kafka assigns its own tags upwards
+# from 0.
 CURRENT_LEADER_EPOCH_TAG = 359
 
 
@@ -61,5 +61,6 @@ class ProduceResponse(Message):
     throttle_time_ms: i32 = 0
 
 
-API = Api(key=0, name="Produce", min_version=3, max_version=9, flexible_from=9,
+API = Api(key=ApiKey.PRODUCE, name="Produce",
+          min_version=3, max_version=9, flexible_from=9,
           request=ProduceRequest, response=ProduceResponse)

@@ -8,6 +8,7 @@ late StopReplica for an older epoch can be told apart.
 from typing import Annotated
 
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
 
 
@@ -47,5 +48,6 @@ class StopReplicaResponse(Message):
     partition_errors: list[StopReplicaPartitionError] = []
 
 
-API = Api(key=5, name="StopReplica", min_version=1, max_version=3, flexible_from=2,
+API = Api(key=ApiKey.STOP_REPLICA, name="StopReplica",
+          min_version=1, max_version=3, flexible_from=2,
           request=StopReplicaRequest, response=StopReplicaResponse)

@@ -5,8 +5,8 @@ v3 adds group_instance_id; v4 is flexible; v5 protocol_type and protocol_name.
 
 from typing import Annotated
 
-
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32
 
 
@@ -33,5 +33,6 @@ class SyncGroupResponse(Message):
     assignment: bytes = b""
 
 
-API = Api(key=14, name="SyncGroup", min_version=0, max_version=5, flexible_from=4,
+API = Api(key=ApiKey.SYNC_GROUP, name="SyncGroup",
+          min_version=0, max_version=5, flexible_from=4,
           request=SyncGroupRequest, response=SyncGroupResponse)

@@ -10,6 +10,7 @@ import uuid
 from typing import Annotated
 
 from ..api import Api
+from ..api_keys import ApiKey
 from ..schema import ZERO_UUID, Message, V, i16, i32, i64
 
 
@@ -55,5 +56,6 @@ class UpdateMetadataResponse(Message):
     error_code: i16 = 0
 
 
-API = Api(key=6, name="UpdateMetadata", min_version=5, max_version=7, flexible_from=6,
+API = Api(key=ApiKey.UPDATE_METADATA, name="UpdateMetadata",
+          min_version=5, max_version=7, flexible_from=6,
           request=UpdateMetadataRequest, response=UpdateMetadataResponse)

@@ -17,11 +17,17 @@ import urllib.request
 
 import pytest
 
-from broker.fetch_sessions import (FINAL_EPOCH, INITIAL_EPOCH, EPOCH_MAX, FetchSessionCache, Kind,
-                                   next_epoch)
-from broker.handlers import fetch
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
-from protocol.error_codes import ErrorCode as E
+from epochlog.broker.fetch_sessions import (
+    EPOCH_MAX,
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    FetchSessionCache,
+    Kind,
+    next_epoch,
+)
+from epochlog.broker.handlers import fetch
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic, ForgottenTopic
+from epochlog.protocol.error_codes import ErrorCode as E
 
 from .cluster import Cluster, free_port
 from .test_follower_reads import TOPIC, make_app, produce, state

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.follower import (
+from epochlog.broker.config import BrokerConfig
+from epochlog.broker.follower import (
     FETCH,
     OFFSET_FOR_LEADER_EPOCH,
     RETRY_FIRST_MS,
@@ -26,11 +26,12 @@ from broker.follower import (
     SourceFetcher,
     truncation_point,
 )
-from broker.handlers import fetch as fetch_handler
-from broker.handlers import offset_for_leader_epoch as epoch_handler
-from broker.metadata_cache import MetadataCache
-from broker.partition import Partition, PartitionState
-from protocol.registry import APIS
+from epochlog.broker.handlers import fetch as fetch_handler
+from epochlog.broker.handlers import offset_for_leader_epoch as epoch_handler
+from epochlog.broker.metadata_cache import MetadataCache
+from epochlog.broker.partition import Partition, PartitionState
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.registry import APIS
 from tests.storage.helpers import SMALL, FakeClock, make_batch, open_log
 
 TOPIC = "t"
@@ -51,6 +52,7 @@ class Replica:
         self.partition = Partition(TOPIC, 0, broker_id, self.log, clock)
         self.partition_epoch = 0
         self.app = SimpleNamespace(broker_id=broker_id, replicas=self, metadata=MetadataCache(),
+                                   read_path=None,
                                    config=BrokerConfig(broker_id=broker_id, data_dir=str(base)))
 
     # what the handlers use of a ReplicaManager
@@ -91,7 +93,7 @@ class Replica:
 
 
 def _header(data: bytes) -> Any:
-    from protocol.batch import read_header
+    from epochlog.protocol.batch import read_header
     return read_header(data)
 
 
@@ -331,7 +333,8 @@ def test_out_of_range_above_the_leaders_end_asks_for_it_and_truncates(pair, cloc
     follow(follower, 0, fetcher)
 
     key, answer, _ = exchange(fetcher, leader)
-    assert key == FETCH and answer.responses[0].partitions[0].error_code == 1
+    assert key == FETCH and (answer.responses[0].partitions[0].error_code
+                             == ErrorCode.OFFSET_OUT_OF_RANGE)
     assert fetcher.state_of(TOPIC, 0) is FollowState.TRUNCATING
     assert fetcher.next_request() is None  # backing off: a repeat must not spin
     clock.advance(RETRY_FIRST_MS)
@@ -355,7 +358,7 @@ def test_fenced_stops_until_a_newer_leader_and_isr(pair, clock) -> None:
 
     _, answer, changed = exchange(fetcher, leader)
 
-    assert answer.topics[0].partitions[0].error_code == 74  # FENCED_LEADER_EPOCH
+    assert answer.topics[0].partitions[0].error_code == ErrorCode.FENCED_LEADER_EPOCH
     assert fetcher.state_of(TOPIC, 0) is FollowState.FENCED and not changed
     clock.advance(60_000)
     assert fetcher.next_request() is None and fetcher.next_wakeup_ms() is None
@@ -374,7 +377,7 @@ def test_unknown_leader_epoch_backs_off_and_retries(pair, clock) -> None:
     delays = []
     for _ in range(5):
         _, answer, _ = exchange(fetcher, leader)
-        assert answer.responses[0].partitions[0].error_code == 75  # UNKNOWN_LEADER_EPOCH
+        assert answer.responses[0].partitions[0].error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
         assert fetcher.next_request() is None
         wake = fetcher.next_wakeup_ms()
         delays.append(wake - clock())
@@ -430,8 +433,8 @@ async def test_the_manager_moves_partitions_between_source_fetchers(pair, clock)
     here: resolve finds none, so the tasks only back off.)"""
     import asyncio
 
-    from broker.fetcher import FetcherSettings, ReplicaFetcherManager
-    from broker.metrics import _fetcher_metrics
+    from epochlog.broker.fetcher import FetcherSettings, ReplicaFetcherManager
+    from epochlog.broker.metrics import _fetcher_metrics
 
     _, follower = pair
     manager = ReplicaFetcherManager(

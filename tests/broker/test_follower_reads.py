@@ -16,19 +16,34 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.handlers import fetch, list_offsets, offset_for_leader_epoch
-from broker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
-from broker.partition import Partition, PartitionState
-from broker.replica_selector import (ClientView, LeaderSelector, RackAwareSelector, ReplicaView,
-                                     preferred_read_replica, selector_for)
-from broker.storage import Log, LogConfig
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
-from protocol.apis.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from protocol.apis.offset_for_leader_epoch import (OffsetForLeaderEpochRequest,
-                                                   OffsetForLeaderPartition, OffsetForLeaderTopic)
-from protocol.error_codes import ErrorCode as E
-from protocol.records import build_batch, iter_records
+from epochlog.broker.config import BrokerConfig
+from epochlog.broker.handlers import fetch, list_offsets, offset_for_leader_epoch
+from epochlog.broker.handlers.fetch import ReadPath
+from epochlog.broker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
+from epochlog.broker.partition import Partition, PartitionState
+from epochlog.broker.replica_selector import (
+    ClientView,
+    LeaderSelector,
+    RackAwareSelector,
+    ReplicaView,
+    preferred_read_replica,
+    selector_for,
+)
+from epochlog.broker.storage import Log, LogConfig
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
+from epochlog.protocol.apis.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from epochlog.protocol.apis.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
+from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.protocol.records import build_batch, iter_records
 
 from .cluster import Cluster, free_port
 
@@ -66,6 +81,7 @@ class ReadApp:
     replicas: Replicas = field(default_factory=Replicas)
     metadata: MetadataCache = field(default_factory=MetadataCache)
     clock: Clock = field(default_factory=Clock)
+    read_path: ReadPath | None = None  # made on first use by the fetch handler
 
     def host(self, tmp_path: Path, index: int = 0) -> Partition:
         log = Log.open(str(tmp_path / f"b{self.broker_id}" / f"{TOPIC}-{index}"), LogConfig(),
@@ -407,7 +423,7 @@ class Racked:
 
 
 def _fetch_at(c: Cluster, broker_id: int, offset: int):
-    answer = c.broker(broker_id).call(1, FetchRequest(max_wait_ms=0, topics=[FetchTopic(
+    answer = c.broker(broker_id).call(ApiKey.FETCH, FetchRequest(max_wait_ms=0, topics=[FetchTopic(
         topic=NEAR, partitions=[FetchPartition(partition=0, fetch_offset=offset,
                                                partition_max_bytes=1 << 20)])]), 12)
     return answer.responses[0].partitions[0]
@@ -472,9 +488,10 @@ def test_follower_answers_the_seeds_cases_1_and_4(racked: Racked) -> None:
 def test_leader_caps_a_consumers_end_offset_at_the_high_watermark(racked: Racked) -> None:
     c = racked.cluster
     for replica_id, expected in ((-1, COMMITTED), (racked.near, COMMITTED + UNCOMMITTED)):
-        answer = c.broker(racked.leader).call(23, OffsetForLeaderEpochRequest(
-            replica_id=replica_id, topics=[OffsetForLeaderTopic(topic=NEAR, partitions=[
-                OffsetForLeaderPartition(partition=0, leader_epoch=racked.epoch)])]), 4)
+        answer = c.broker(racked.leader).call(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochRequest(
+                replica_id=replica_id, topics=[OffsetForLeaderTopic(topic=NEAR, partitions=[
+                    OffsetForLeaderPartition(partition=0, leader_epoch=racked.epoch)])]), 4)
         part = answer.topics[0].partitions[0]
         assert (part.error_code, part.end_offset) == (0, expected), replica_id
 

@@ -19,16 +19,23 @@ import concurrent.futures
 import signal
 import urllib.request
 
-from protocol.apis.controlled_shutdown import ControlledShutdownRequest
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
-from protocol.apis.leader_and_isr import (LeaderAndIsrPartitionState, LeaderAndIsrRequest,
-                                          LeaderAndIsrTopicState)
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from protocol.apis.stop_replica import (StopReplicaPartitionState, StopReplicaRequest,
-                                        StopReplicaTopicState)
-from protocol.apis.update_metadata import UpdateMetadataRequest
-from protocol.error_codes import ErrorCode as E
-from protocol.records import build_batch, iter_records
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.controlled_shutdown import ControlledShutdownRequest
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
+from epochlog.protocol.apis.leader_and_isr import (
+    LeaderAndIsrPartitionState,
+    LeaderAndIsrRequest,
+    LeaderAndIsrTopicState,
+)
+from epochlog.protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from epochlog.protocol.apis.stop_replica import (
+    StopReplicaPartitionState,
+    StopReplicaRequest,
+    StopReplicaTopicState,
+)
+from epochlog.protocol.apis.update_metadata import UpdateMetadataRequest
+from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.protocol.records import build_batch, iter_records
 
 from .cluster import WAIT_S, BrokerChild, Cluster, call, free_port
 
@@ -36,17 +43,19 @@ CONTROLLER_ID = 3000
 
 
 def produce(b: BrokerChild, topic: str, values: list[bytes]) -> int:
-    answer = b.call(0, ProduceRequest(acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
-        name=topic, partition_data=[PartitionProduceData(
-            index=0, records=build_batch([(None, v, None, None) for v in values]))])]), 9)
+    answer = b.call(ApiKey.PRODUCE, ProduceRequest(
+        acks=-1, timeout_ms=5000, topic_data=[TopicProduceData(
+            name=topic, partition_data=[PartitionProduceData(
+                index=0, records=build_batch([(None, v, None, None) for v in values]))])]), 9)
     part = answer.responses[0].partition_responses[0]
     assert part.error_code == 0, part
     return part.base_offset
 
 
 def values(b: BrokerChild, topic: str) -> list[bytes | None]:
-    answer = b.call(1, FetchRequest(max_wait_ms=0, topics=[FetchTopic(topic=topic, partitions=[
-        FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 12)
+    answer = b.call(ApiKey.FETCH, FetchRequest(
+        max_wait_ms=0, topics=[FetchTopic(topic=topic, partitions=[
+            FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1 << 20)])]), 12)
     part = answer.responses[0].partitions[0]
     assert part.error_code == 0, part
     return [r.value for r in iter_records(part.records)]
@@ -72,7 +81,7 @@ def test_restart_keeps_data_and_refuses_requests_for_the_old_generation(tmp_path
         assert epoch >= 1
 
         # KIP-380 case 3: a LeaderAndIsr sent before the restart, arriving after it.
-        stale_lai = b.call(4, LeaderAndIsrRequest(
+        stale_lai = b.call(ApiKey.LEADER_AND_ISR, LeaderAndIsrRequest(
             controller_id=CONTROLLER_ID, controller_epoch=controller_epoch,
             broker_epoch=old_generation, topic_states=[LeaderAndIsrTopicState(
                 topic_name="kept", partition_states=[LeaderAndIsrPartitionState(
@@ -80,13 +89,13 @@ def test_restart_keeps_data_and_refuses_requests_for_the_old_generation(tmp_path
                     leader_epoch=epoch + 5, isr=[1], partition_epoch=99, replicas=[1])])]), 4)
         assert stale_lai.error_code == E.STALE_BROKER_EPOCH
         # KIP-380 case 1: a StopReplica meant for the previous generation.
-        stale_stop = b.call(5, StopReplicaRequest(
+        stale_stop = b.call(ApiKey.STOP_REPLICA, StopReplicaRequest(
             controller_id=CONTROLLER_ID, controller_epoch=controller_epoch,
             broker_epoch=old_generation, topic_states=[StopReplicaTopicState(
                 topic_name="kept", partition_states=[StopReplicaPartitionState(
                     partition_index=0, leader_epoch=-2, delete_partition=True)])]), 3)
         assert stale_stop.error_code == E.STALE_BROKER_EPOCH
-        stale_um = b.call(6, UpdateMetadataRequest(
+        stale_um = b.call(ApiKey.UPDATE_METADATA, UpdateMetadataRequest(
             controller_id=CONTROLLER_ID, controller_epoch=controller_epoch,
             broker_epoch=old_generation), 6)
         assert stale_um.error_code == E.STALE_BROKER_EPOCH
@@ -98,7 +107,7 @@ def test_restart_keeps_data_and_refuses_requests_for_the_old_generation(tmp_path
 
         # KIP-380 case 2: a ControlledShutdown retried from the old generation.
         ctl = cluster.controller
-        answer = call("127.0.0.1", ctl.port, 7, ControlledShutdownRequest(
+        answer = call("127.0.0.1", ctl.port, ApiKey.CONTROLLED_SHUTDOWN, ControlledShutdownRequest(
             broker_id=1, broker_epoch=old_generation), 3)
         assert answer.error_code == E.STALE_BROKER_EPOCH
         ctl.wait_line(f"fenced ControlledShutdown from broker 1 generation {old_generation}")
@@ -143,7 +152,7 @@ def test_controller_restart_raises_its_epoch_and_old_epochs_are_refused(tmp_path
             b.wait_line(rf"controller {CONTROLLER_ID} epoch {old_epoch} -> {new_epoch}")
             b.wait_line(rf"generation {generations[i]}: first LeaderAndIsr from controller "
                         rf"epoch {new_epoch}")
-            refused = b.call(6, UpdateMetadataRequest(
+            refused = b.call(ApiKey.UPDATE_METADATA, UpdateMetadataRequest(
                 controller_id=CONTROLLER_ID, controller_epoch=old_epoch,
                 broker_epoch=b.generation), 6)
             assert refused.error_code == E.STALE_CONTROLLER_EPOCH
@@ -181,7 +190,7 @@ def test_paused_past_its_session_the_broker_registers_again(tmp_path) -> None:
 def test_rule_control_requests_wait_until_the_controller_confirms_our_generation() -> None:
     """The rule (fencing.ControlEpochs): unconfirmed -> wait; then judged against the confirmed
     generation (older: STALE_BROKER_EPOCH); a generation declared over -> wait again."""
-    from broker.fencing import ControlEpochs
+    from epochlog.broker.fencing import ControlEpochs
 
     epochs = ControlEpochs(1)
     assert epochs.must_wait()  # a new process: generation -1, no registration answer yet
@@ -202,8 +211,8 @@ async def test_a_held_control_request_goes_on_once_registered_and_is_bounded(tmp
     """Broker.control_request_ready, the asyncio side of the rule, without a controller."""
     import asyncio
 
-    from broker.app import Broker
-    from broker.config import BrokerConfig
+    from epochlog.broker.app import Broker
+    from epochlog.broker.config import BrokerConfig
 
     broker = Broker(BrokerConfig(broker_id=1, data_dir=str(tmp_path),
                                  controller_request_timeout_ms=200))
@@ -271,12 +280,12 @@ def _wait_serving(b: BrokerChild) -> None:
     broker prints no line between opening its listener and its registration answer."""
     import time
 
-    from protocol.apis.api_versions import ApiVersionsRequest
+    from epochlog.protocol.apis.api_versions import ApiVersionsRequest
 
     deadline = time.monotonic() + WAIT_S
     while True:
         try:
-            call("127.0.0.1", b.port, 18, ApiVersionsRequest(), 0, timeout_s=2.0)
+            call("127.0.0.1", b.port, ApiKey.API_VERSIONS, ApiVersionsRequest(), 0, timeout_s=2.0)
             return
         except (OSError, TimeoutError, concurrent.futures.TimeoutError):
             assert time.monotonic() < deadline, "broker not serving:\n" + "\n".join(b.lines)

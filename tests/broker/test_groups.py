@@ -25,16 +25,17 @@ from typing import Any
 
 import pytest
 
-from protocol.apis.describe_groups import DescribeGroupsRequest
-from protocol.apis.find_coordinator import FindCoordinatorRequest
-from protocol.apis.list_groups import ListGroupsRequest
-from protocol.apis.offset_commit import (
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_groups import DescribeGroupsRequest
+from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
+from epochlog.protocol.apis.list_groups import ListGroupsRequest
+from epochlog.protocol.apis.offset_commit import (
     OffsetCommitRequest,
     OffsetCommitRequestPartition,
     OffsetCommitRequestTopic,
 )
-from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
-from protocol.error_codes import ErrorCode as E
+from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from epochlog.protocol.error_codes import ErrorCode as E
 from tests.broker.cluster import WAIT_S, BrokerChild, Cluster
 
 confluent = pytest.importorskip("confluent_kafka")
@@ -64,7 +65,8 @@ def coordinator(cluster: Cluster, group: str) -> BrokerChild:
     found: list[int] = []
 
     def ask() -> bool:
-        answer = cluster.any_broker().call(10, FindCoordinatorRequest(coordinator_keys=[group]))
+        answer = cluster.any_broker().call(ApiKey.FIND_COORDINATOR,
+                                           FindCoordinatorRequest(coordinator_keys=[group]))
         c = answer.coordinators[0]
         if c.error_code == 0 and cluster.brokers[c.node_id].alive:
             found.append(c.node_id)
@@ -78,7 +80,7 @@ def coordinator(cluster: Cluster, group: str) -> BrokerChild:
 
 def commit(broker: BrokerChild, group: str, topic: str, offsets: dict[int, tuple[int, int]],
            version: int | None = None, generation: int = -1, member: str = "") -> dict[int, int]:
-    answer = broker.call(8, OffsetCommitRequest(
+    answer = broker.call(ApiKey.OFFSET_COMMIT, OffsetCommitRequest(
         group_id=group, generation_id_or_member_epoch=generation, member_id=member,
         topics=[OffsetCommitRequestTopic(name=topic, partitions=[
             OffsetCommitRequestPartition(partition_index=p, committed_offset=o,
@@ -91,14 +93,15 @@ def fetch(broker: BrokerChild, group: str, topic: str | None, partitions: list[i
           version: int | None = None) -> tuple[int, dict[tuple[str, int], tuple[int, int]]]:
     topics = None if topic is None else [OffsetFetchRequestTopic(name=topic,
                                                                  partition_indexes=partitions)]
-    answer = broker.call(9, OffsetFetchRequest(group_id=group, topics=topics), version)
+    answer = broker.call(ApiKey.OFFSET_FETCH, OffsetFetchRequest(group_id=group, topics=topics),
+                         version)
     return answer.error_code, {(t.name, p.partition_index): (p.committed_offset,
                                                              p.committed_leader_epoch)
                                for t in answer.topics for p in t.partitions}
 
 
 def describe(broker: BrokerChild, group: str) -> Any:
-    return broker.call(15, DescribeGroupsRequest(groups=[group])).groups[0]
+    return broker.call(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest(groups=[group])).groups[0]
 
 
 def test_committed_leader_epochs_come_back_from_offset_fetch(cluster: Cluster) -> None:
@@ -119,7 +122,7 @@ def test_committed_leader_epochs_come_back_from_offset_fetch(cluster: Cluster) -
     other = next(b for b in cluster.brokers.values() if b is not coord)
     assert commit(other, "raw-group", "raw", {0: (1, 1)}) == {0: E.NOT_COORDINATOR}
     assert fetch(other, "raw-group", "raw", [0])[0] == E.NOT_COORDINATOR
-    listed = coord.call(16, ListGroupsRequest())
+    listed = coord.call(ApiKey.LIST_GROUPS, ListGroupsRequest())
     assert ("raw-group", "Empty") in {(g.group_id, g.group_state) for g in listed.groups}
     described = describe(coord, "raw-group")
     assert (described.error_code, described.group_state, described.members) == (0, "Empty", [])

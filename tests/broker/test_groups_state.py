@@ -12,9 +12,9 @@ import itertools
 
 import pytest
 
-from broker.groups import offsets_log
-from broker.groups.coordinator import java_string_hashcode, partition_for
-from broker.groups.state import (
+from epochlog.broker.groups import offsets_log
+from epochlog.broker.groups.coordinator import java_string_hashcode, partition_for
+from epochlog.broker.groups.state import (
     CommittedOffset,
     Group,
     GroupSettings,
@@ -25,7 +25,7 @@ from broker.groups.state import (
     Store,
     SyncResult,
 )
-from protocol.error_codes import ErrorCode as E
+from epochlog.protocol.error_codes import ErrorCode as E
 
 S = GroupState
 SESSION_MS = 10_000
@@ -328,6 +328,9 @@ def test_commit_rules() -> None:
     a = h.new_member()
     h.join(a)
     assert h.group.commit_error(h.now, 1, a, None) == E.REBALANCE_IN_PROGRESS
+    # Kafka checks the generation first: an older one is ILLEGAL_GENERATION even mid-rebalance
+    assert h.group.commit_error(h.now, 0, a, None) == E.ILLEGAL_GENERATION
+    assert h.group.commit_error(h.now, 1, "stranger", None) == E.UNKNOWN_MEMBER_ID
     h.sync(a, 1, [(a, b"")])
     h.store_done()
     assert h.group.commit_error(h.now, 1, a, None) == 0

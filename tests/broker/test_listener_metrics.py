@@ -13,8 +13,8 @@ import socket
 import struct
 import urllib.request
 
-from protocol.frames import frame
-from protocol.headers import RequestHeader
+from epochlog.protocol.frames import frame
+from epochlog.protocol.headers import RequestHeader
 
 from .cluster import WAIT_S, Cluster, free_port
 

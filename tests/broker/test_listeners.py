@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.metadata_cache import BrokerInfo, Endpoint
-from controller.model import Broker as ControllerBroker
-from controller.records import Listener
-from protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
-from protocol.apis.describe_cluster import DescribeClusterRequest
-from protocol.apis.metadata import MetadataRequest
+from epochlog.broker.config import BrokerConfig
+from epochlog.broker.metadata_cache import BrokerInfo, Endpoint
+from epochlog.controller.model import Broker as ControllerBroker
+from epochlog.controller.records import Listener
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
+from epochlog.protocol.apis.describe_cluster import DescribeClusterRequest
+from epochlog.protocol.apis.metadata import MetadataRequest
 
 from .cluster import Cluster, call, free_port
 
@@ -69,12 +70,12 @@ def test_controller_sends_to_the_internal_listener_when_there_is_one() -> None:
 
 
 def _brokers_seen(port: int) -> dict[int, tuple[str, int]]:
-    answer = call("127.0.0.1", port, 3, MetadataRequest(topics=[]))
+    answer = call("127.0.0.1", port, ApiKey.METADATA, MetadataRequest(topics=[]))
     return {b.node_id: (b.host, b.port) for b in answer.brokers}
 
 
 def _brokers_described(port: int) -> dict[int, tuple[str, int]]:
-    answer = call("127.0.0.1", port, 60, DescribeClusterRequest())
+    answer = call("127.0.0.1", port, ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest())
     assert answer.error_code == 0, answer
     return {b.broker_id: (b.host, b.port) for b in answer.brokers}
 
@@ -103,7 +104,7 @@ def test_each_listener_answers_with_its_own_addresses(tmp_path: Path) -> None:
         assert _brokers_described(internal) == internal_view
 
         # Every API is served on both listeners: a topic made through INTERNAL is seen on both.
-        made = call("127.0.0.1", internal, 19, CreateTopicsRequest(topics=[CreatableTopic(
-            name="via-internal", num_partitions=1, replication_factor=1)]))
+        made = call("127.0.0.1", internal, ApiKey.CREATE_TOPICS, CreateTopicsRequest(
+            topics=[CreatableTopic(name="via-internal", num_partitions=1, replication_factor=1)]))
         assert made.topics[0].error_code == 0, made
         cluster.wait_leaders("via-internal", 1)

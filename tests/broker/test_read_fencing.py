@@ -18,12 +18,20 @@ from __future__ import annotations
 
 import pytest
 
-from broker.handlers._partitions import serving
-from protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
-from protocol.apis.list_offsets import ListOffsetsPartition, ListOffsetsRequest, ListOffsetsTopic
-from protocol.apis.offset_for_leader_epoch import (OffsetForLeaderEpochRequest,
-                                                   OffsetForLeaderPartition, OffsetForLeaderTopic)
-from protocol.error_codes import ErrorCode as E
+from epochlog.broker.handlers._partitions import serving
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
+from epochlog.protocol.apis.list_offsets import (
+    ListOffsetsPartition,
+    ListOffsetsRequest,
+    ListOffsetsTopic,
+)
+from epochlog.protocol.apis.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
+from epochlog.protocol.error_codes import ErrorCode as E
 
 from .cluster import Cluster
 from .test_follower_reads import TOPIC as UNIT_TOPIC
@@ -79,7 +87,7 @@ def roles(c: Cluster) -> tuple[int, int, list[int]]:
 
 def fetch(c: Cluster, broker_id: int, topic: str, current: int, version: int = FETCH_V,
           replica_id: int = -1) -> int:
-    answer = c.broker(broker_id).call(1, FetchRequest(
+    answer = c.broker(broker_id).call(ApiKey.FETCH, FetchRequest(
         replica_id=replica_id, max_wait_ms=0, topics=[FetchTopic(topic=topic, partitions=[
             FetchPartition(partition=0, current_leader_epoch=current, fetch_offset=0,
                            partition_max_bytes=1 << 16)])]), version)
@@ -89,16 +97,18 @@ def fetch(c: Cluster, broker_id: int, topic: str, current: int, version: int = F
 
 def list_offsets(c: Cluster, broker_id: int, topic: str, current: int,
                  replica_id: int = -1) -> int:
-    answer = c.broker(broker_id).call(2, ListOffsetsRequest(replica_id=replica_id, topics=[
-        ListOffsetsTopic(name=topic, partitions=[ListOffsetsPartition(
-            partition_index=0, current_leader_epoch=current, timestamp=-2)])]), LIST_V)
+    answer = c.broker(broker_id).call(ApiKey.LIST_OFFSETS, ListOffsetsRequest(
+        replica_id=replica_id, topics=[ListOffsetsTopic(name=topic, partitions=[
+            ListOffsetsPartition(partition_index=0, current_leader_epoch=current,
+                                 timestamp=-2)])]), LIST_V)
     return answer.topics[0].partitions[0].error_code
 
 
 def end_offset(c: Cluster, broker_id: int, topic: str, current: int) -> int:
-    answer = c.broker(broker_id).call(23, OffsetForLeaderEpochRequest(replica_id=-1, topics=[
-        OffsetForLeaderTopic(topic=topic, partitions=[OffsetForLeaderPartition(
-            partition=0, current_leader_epoch=current, leader_epoch=0)])]), EPOCH_V)
+    answer = c.broker(broker_id).call(ApiKey.OFFSET_FOR_LEADER_EPOCH, OffsetForLeaderEpochRequest(
+        replica_id=-1, topics=[OffsetForLeaderTopic(topic=topic, partitions=[
+            OffsetForLeaderPartition(partition=0, current_leader_epoch=current,
+                                     leader_epoch=0)])]), EPOCH_V)
     return answer.topics[0].partitions[0].error_code
 
 

@@ -26,9 +26,10 @@ from typing import Any
 
 import pytest
 
-from broker.tools import dump_segment
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from protocol.records import build_batch
+from epochlog.broker.tools import dump_segment
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from epochlog.protocol.records import build_batch
 
 from .cluster import WAIT_S, Cluster
 
@@ -191,7 +192,7 @@ def test_a_killed_leader_loses_no_acknowledged_write_and_its_tail_is_cut(
     # bound is the fetch's max wait. Quick overall: the pause must stay inside the sessions.
     time.sleep(FETCH_WAIT_S + 0.3)
     try:
-        answer = cluster.broker(old_leader).call(0, ProduceRequest(
+        answer = cluster.broker(old_leader).call(ApiKey.PRODUCE, ProduceRequest(
             acks=1, timeout_ms=5000, topic_data=[TopicProduceData(name=topic, partition_data=[
                 PartitionProduceData(index=0, records=build_batch(
                     [(None, b"tail%d" % i, None, None) for i in range(5)]))])]))

@@ -7,15 +7,16 @@ import os
 
 import pytest
 
-from broker.server import CHUNK_JOIN_BYTES_MAX, framed_chunks
-from protocol.apis.fetch import FetchableTopicResponse, FetchResponse, PartitionData
-from protocol.apis.metadata import MetadataResponse
-from protocol.errors import EncodeError
-from protocol.frames import frame
-from protocol.headers import encode_response_header
-from protocol.registry import APIS
+from epochlog.broker.server import CHUNK_JOIN_BYTES_MAX, framed_chunks
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.fetch import FetchableTopicResponse, FetchResponse, PartitionData
+from epochlog.protocol.apis.metadata import MetadataResponse
+from epochlog.protocol.errors import EncodeError
+from epochlog.protocol.frames import frame
+from epochlog.protocol.headers import encode_response_header
+from epochlog.protocol.registry import APIS
 
-FETCH, METADATA = APIS[1], APIS[3]
+FETCH, METADATA = APIS[ApiKey.FETCH], APIS[ApiKey.METADATA]
 
 
 def fetch_answer(*records: bytes | None) -> FetchResponse:

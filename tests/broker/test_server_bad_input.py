@@ -14,11 +14,13 @@ import struct
 
 import pytest
 
-from broker.server import KafkaServer, ServerLimits
-from client.connection import Connection
-from protocol.frames import frame
-from protocol.headers import RequestHeader
-from protocol.registry import APIS
+from epochlog.broker.server import KafkaServer, ServerLimits
+from epochlog.client.connection import Connection
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.frames import frame
+from epochlog.protocol.headers import RequestHeader
+from epochlog.protocol.registry import APIS
 
 
 @pytest.fixture
@@ -52,9 +54,9 @@ async def test_unknown_api_versions_version_gets_kip511_answer(server) -> None:
     size, = struct.unpack(">i", await reader.readexactly(4))
     body = await reader.readexactly(size)
     assert struct.unpack_from(">i", body)[0] == 7
-    answer = APIS[18].decode_response(body, 0, 4)
-    assert answer.error_code == 35 and (18, 0, 3) in [(k.api_key, k.min_version, k.max_version)
-                                                       for k in answer.api_keys]
+    answer = APIS[ApiKey.API_VERSIONS].decode_response(body, 0, 4)
+    assert answer.error_code == ErrorCode.UNSUPPORTED_VERSION and (18, 0, 3) in [
+        (k.api_key, k.min_version, k.max_version) for k in answer.api_keys]
     writer.close()
 
 
@@ -87,9 +89,9 @@ async def test_idle_connections_are_closed(server) -> None:
 def _api_versions(correlation_id: int, name_bytes: int) -> bytes:
     """An ApiVersions v3 request frame; a long client_software_name makes it large (the server
     receives frames over its 32 KiB scratch buffer into their own buffers)."""
-    from protocol.apis.api_versions import ApiVersionsRequest
-    body = APIS[18].encode_request(ApiVersionsRequest(client_software_name="x" * name_bytes,
-                                                      client_software_version="1"), 3)
+    from epochlog.protocol.apis.api_versions import ApiVersionsRequest
+    body = APIS[ApiKey.API_VERSIONS].encode_request(ApiVersionsRequest(
+        client_software_name="x" * name_bytes, client_software_version="1"), 3)
     return frame(RequestHeader(18, 3, correlation_id, "t").encode(2) + body)
 
 

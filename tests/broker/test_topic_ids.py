@@ -6,14 +6,14 @@ real processes, and through confluent-kafka's AdminClient (software nobody here 
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
 
-from protocol.apis.delete_topics import DeleteTopicsRequest, DeleteTopicState
-from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
-from protocol.error_codes import ErrorCode
-from protocol.schema import ZERO_UUID
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.delete_topics import DeleteTopicsRequest, DeleteTopicState
+from epochlog.protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.schema import ZERO_UUID
 
 from .cluster import WAIT_S, Cluster
 
@@ -27,7 +27,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory):
 
 
 def _ids_seen(cluster: Cluster, broker_id: int, topic: str) -> uuid.UUID:
-    answer = cluster.broker(broker_id).call(3, MetadataRequest(
+    answer = cluster.broker(broker_id).call(ApiKey.METADATA, MetadataRequest(
         topics=[MetadataRequestTopic(name=topic)], allow_auto_topic_creation=False), 12)
     (t,) = answer.topics
     assert t.error_code == 0, t
@@ -40,14 +40,14 @@ def test_every_broker_answers_the_controllers_topic_id(cluster: Cluster) -> None
     for broker_id in cluster.brokers:
         assert _ids_seen(cluster, broker_id, "ids") == created.topic_id
     # v10 answers the id too, and so does an all-topics request
-    v10 = cluster.broker(1).call(3, MetadataRequest(topics=None), 10)
+    v10 = cluster.broker(1).call(ApiKey.METADATA, MetadataRequest(topics=None), 10)
     assert {t.name: t.topic_id for t in v10.topics}["ids"] == created.topic_id
 
 
 def test_metadata_v12_finds_a_topic_by_id_alone(cluster: Cluster) -> None:
     created = cluster.create_topic("by-id", partitions=1, replication_factor=1)
     stranger = uuid.UUID(int=created.topic_id.int ^ 1)
-    answer = cluster.broker(2).call(3, MetadataRequest(
+    answer = cluster.broker(2).call(ApiKey.METADATA, MetadataRequest(
         topics=[MetadataRequestTopic(topic_id=created.topic_id, name=None),
                 MetadataRequestTopic(topic_id=stranger, name=None)],
         allow_auto_topic_creation=False), 12)
@@ -60,7 +60,7 @@ def test_metadata_v12_finds_a_topic_by_id_alone(cluster: Cluster) -> None:
 
 def test_a_recreated_topic_answers_its_new_id(cluster: Cluster) -> None:
     first = cluster.create_topic("again", partitions=1, replication_factor=1)
-    deleted = cluster.broker(1).call(20, DeleteTopicsRequest(  # v6: by id
+    deleted = cluster.broker(1).call(ApiKey.DELETE_TOPICS, DeleteTopicsRequest(  # v6: by id
         topics=[DeleteTopicState(name=None, topic_id=first.topic_id)],
         timeout_ms=int(WAIT_S * 1000)), 6)
     assert [(r.name, r.error_code) for r in deleted.responses] == [("again", 0)], deleted

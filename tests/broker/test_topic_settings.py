@@ -19,11 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig
-from broker.controller_link import ControllerUnavailable
-from broker.storage import LogConfig
-from broker.topic_configs import DESCRIBE_TRIES_MAX, TopicConfigs, settings_from
-from protocol.apis.describe_configs import (
+from epochlog.broker.config import BrokerConfig
+from epochlog.broker.controller_link import ControllerUnavailable
+from epochlog.broker.storage import LogConfig
+from epochlog.broker.topic_configs import DESCRIBE_TRIES_MAX, TopicConfigs, settings_from
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_configs import (
     DescribeConfigsResourceResult,
     DescribeConfigsResponse,
     DescribeConfigsResult,
@@ -253,12 +254,16 @@ def test_admin_creates_describes_and_deletes_a_topic(admin: AdminClient,
 
 # ------------------------------------------------------------- TopicConfigs, without processes
 def _answer(**by_topic: dict[str, str] | int) -> DescribeConfigsResponse:
-    """A controller's DescribeConfigs answer: settings per topic, or an error code."""
+    """A controller's DescribeConfigs answer: settings per topic (its own, source 1, and Kafka's
+    default segment.ms, source 5, which a broker must leave to its own settings), or an error
+    code."""
     return DescribeConfigsResponse(results=[
         DescribeConfigsResult(resource_type=2, resource_name=topic, error_code=value)
         if isinstance(value, int) else
         DescribeConfigsResult(resource_type=2, resource_name=topic, configs=[
-            DescribeConfigsResourceResult(name=k, value=v) for k, v in value.items()])
+            DescribeConfigsResourceResult(name=k, value=v, config_source=1)
+            for k, v in value.items()] + [DescribeConfigsResourceResult(
+                name="segment.ms", value="1", config_source=5)])
         for topic, value in by_topic.items()])
 
 
@@ -268,7 +273,7 @@ def _fetcher(*answers: DescribeConfigsResponse | Exception):
     queue = list(answers)
 
     async def fetch(key: int, version: int | None, request: object) -> DescribeConfigsResponse:
-        assert key == 32
+        assert key == ApiKey.DESCRIBE_CONFIGS
         asked.append([r.resource_name for r in request.resources])
         answer = queue.pop(0)
         if isinstance(answer, Exception):
@@ -296,6 +301,7 @@ def test_topic_configs_ask_once_and_remember() -> None:
     asyncio.run(configs.ensure(["b", "a", "a"], fetch))
     assert asked == [["a", "b"]]
     assert configs.get("a").log.segment_bytes == 2048
+    assert configs.get("a").log.segment_ms == LogConfig().segment_ms  # Kafka's default: ours
     assert configs.knows("b") and configs.get("b") == configs.defaults
     configs.forget("a")
     assert not configs.knows("a") and configs.get("a") == configs.defaults

@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from broker.fencing import ControlEpochs, leader_epoch_error
-from broker.partition import Partition, PartitionState, Role
-from broker.producer_ids import BROKER_SHIFT, ProducerIdAllocator, ProducerIdFileError
-from broker.purgatory import Purgatory
-from broker.storage import Log, LogConfig
-from protocol.error_codes import ErrorCode as E
-from protocol.records import build_batch
+from epochlog.broker.fencing import ControlEpochs, leader_epoch_error
+from epochlog.broker.partition import Partition, PartitionState, Role
+from epochlog.broker.producer_ids import BROKER_SHIFT, ProducerIdAllocator, ProducerIdFileError
+from epochlog.broker.purgatory import Purgatory
+from epochlog.broker.storage import Log, LogConfig
+from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.protocol.records import build_batch
 
 ME, OTHER = 1, 2
 

@@ -11,7 +11,10 @@ and while the group is still rebalancing the broker coordinating it (the leader 
 - OffsetFetch v7 answers exactly what was committed before the kill, leader epochs included;
 - every record produced is read, and a record is read twice only if it was in the uncommitted
   window (at or after the committed offset, before the end of the log at the kill); the final
-  commits carry the leader epoch of the last record read on each partition.
+  commits carry the leader epoch of the last record read on each partition;
+- the History of the producers, the consumers (recorded through epochlog.testing's adapters:
+  polls, commits, assignments and losses) and the kill checks clean: nothing lost, nothing
+  duplicated, no consumer going back or skipping ahead within one assignment.
 
 Getting the group genuinely mid-rebalance when the kill lands, every time, is the job of the
 *holder*: a fourth member driven by hand with raw JoinGroup/SyncGroup/Heartbeat requests. It
@@ -36,40 +39,39 @@ each with the eager "range" assignor and with "cooperative-sticky" (KIP-429). A 
 from __future__ import annotations
 
 import asyncio
-import signal
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 import pytest
 
-from client import Consumer as EpochlogConsumer
-from client.assignors import ASSIGNORS
-from client.consumer_protocol import (
+from epochlog.client.assignors import ASSIGNORS
+from epochlog.client.consumer_protocol import (
     Subscription,
     decode_assignment,
     decode_subscription,
     encode_assignment,
     encode_subscription,
 )
-from protocol.apis.describe_groups import DescribeGroupsRequest
-from protocol.apis.find_coordinator import FindCoordinatorRequest
-from protocol.apis.heartbeat import HeartbeatRequest
-from protocol.apis.join_group import JoinGroupRequest, JoinGroupRequestProtocol
-from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
-from protocol.apis.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
-from protocol.error_codes import ErrorCode as E
-from tests.broker.cluster import WAIT_S, BrokerChild, Cluster
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_groups import DescribeGroupsRequest
+from epochlog.protocol.apis.heartbeat import HeartbeatRequest
+from epochlog.protocol.apis.join_group import JoinGroupRequest, JoinGroupRequestProtocol
+from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from epochlog.protocol.apis.sync_group import SyncGroupRequest, SyncGroupRequestAssignment
+from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.testing import Cluster, History, check, until
+from epochlog.testing.nodes import BrokerNode
+from epochlog.testing.traffic import produce as produce_to
 
-confluent = pytest.importorskip("confluent_kafka")
+pytest.importorskip("confluent_kafka")
+from epochlog.testing import adapter_confluent, adapter_ours  # noqa: E402 - after the skip
 
-BROKER_ARGS = ("--set", "offsets_topic_num_partitions=3",
-               "--set", "group_initial_rebalance_delay_ms=0",
-               "--set", "group_min_session_timeout_ms=1000")
+SETTINGS = {"offsets_topic_num_partitions": 3, "group_initial_rebalance_delay_ms": 0,
+            "group_min_session_timeout_ms": 1000}
 PARTITIONS = 6
 BATCH = 300  # read and committed before the rebalance
 WINDOW = 120  # read, not committed, before the rebalance: the uncommitted window
@@ -78,16 +80,9 @@ SESSION_MS = 10_000
 REBALANCE_MS = 30_000  # the consumers' max.poll.interval.ms and the holder's rebalance timeout
 HEARTBEAT_S = 0.3
 POLL_S = 0.05
+WAIT_S = 60.0
 
 Read = tuple[int, int, bytes, int]  # partition, offset, value, leader epoch
-
-
-def until(what: str, done: Callable[[], bool], step: Callable[[], Any],
-          timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        step()
 
 
 # ------------------------------------------------------------------------------ member kinds
@@ -102,13 +97,14 @@ class Member(Protocol):
 
 
 class Confluent:
-    def __init__(self, cluster: Cluster, topic: str, group: str, strategy: str) -> None:
-        self.c = confluent.Consumer({
-            "bootstrap.servers": cluster.bootstrap, "group.id": group,
+    def __init__(self, cluster: Cluster, topic: str, group: str, strategy: str,
+                 history: History) -> None:
+        self.c = adapter_confluent.Consumer({
+            "bootstrap.servers": cluster.bootstrap_servers, "group.id": group,
             "auto.offset.reset": "earliest", "enable.auto.commit": False,
             "partition.assignment.strategy": strategy, "session.timeout.ms": SESSION_MS,
             "heartbeat.interval.ms": int(HEARTBEAT_S * 1000),
-            "max.poll.interval.ms": REBALANCE_MS})
+            "max.poll.interval.ms": REBALANCE_MS}, history=history)
         self.c.subscribe([topic])
 
     def member_id(self) -> str:
@@ -133,12 +129,14 @@ class Epochlog:
     of its own (so its heartbeats go on between our polls), and each call is a coroutine sent
     there."""
 
-    def __init__(self, cluster: Cluster, topic: str, group: str, strategy: str) -> None:
+    def __init__(self, cluster: Cluster, topic: str, group: str, strategy: str,
+                 history: History) -> None:
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
-        self.c = EpochlogConsumer(
-            cluster.bootstrap, group_id=group, auto_offset_reset="earliest",
+        self.c = adapter_ours.Consumer(
+            cluster.bootstrap_servers, history=history, group_id=group,
+            auto_offset_reset="earliest",
             enable_auto_commit=False, partition_assignment_strategy=[strategy],
             session_timeout_ms=SESSION_MS, heartbeat_interval_ms=int(HEARTBEAT_S * 1000),
             max_poll_interval_ms=REBALANCE_MS, retry_backoff_ms=50)
@@ -174,55 +172,49 @@ class Epochlog:
 class Kind:
     name: str
     protocol: str  # the assignor (JoinGroup protocol) its members use; the holder offers it too
-    make: Callable[[Cluster, str, str], Member]
+    make: Callable[[Cluster, str, str, History], Member]
 
 
 KINDS = [
-    Kind("confluent-range", "range", lambda c, t, g: Confluent(c, t, g, "range")),
+    Kind("confluent-range", "range", lambda c, t, g, h: Confluent(c, t, g, "range", h)),
     Kind("confluent-cooperative", "cooperative-sticky",
-         lambda c, t, g: Confluent(c, t, g, "cooperative-sticky")),
-    Kind("epochlog-range", "range", lambda c, t, g: Epochlog(c, t, g, "range")),
+         lambda c, t, g, h: Confluent(c, t, g, "cooperative-sticky", h)),
+    Kind("epochlog-range", "range", lambda c, t, g, h: Epochlog(c, t, g, "range", h)),
     Kind("epochlog-cooperative", "cooperative-sticky",
-         lambda c, t, g: Epochlog(c, t, g, "cooperative-sticky")),
+         lambda c, t, g, h: Epochlog(c, t, g, "cooperative-sticky", h)),
 ]
 
 
 # ------------------------------------------------------------------------------- raw requests
-def coordinator(cluster: Cluster, group: str) -> BrokerChild:
-    """The live broker FindCoordinator names (asking again while there is none)."""
-    found: list[BrokerChild] = []
+def coordinator(cluster: Cluster, group: str) -> BrokerNode:
+    """The live broker FindCoordinator names (asking again while there is none, or while the
+    broker asked still names one that was killed)."""
+    def live() -> BrokerNode | None:
+        found = cluster.brokers[cluster.coordinator_of(group)]
+        return found if found.alive else None
 
-    def ask() -> bool:
-        c = cluster.any_broker().call(10, FindCoordinatorRequest(coordinator_keys=[group])
-                                      ).coordinators[0]
-        if c.error_code == 0 and cluster.brokers[c.node_id].alive:
-            found.append(cluster.brokers[c.node_id])
-        return bool(found)
-
-    until(f"a coordinator for {group}", ask, lambda: time.sleep(0.05))
-    return found[-1]
+    return until(live, f"a live coordinator for {group}", WAIT_S)
 
 
-def describe(broker: BrokerChild, group: str) -> Any:
-    return broker.call(15, DescribeGroupsRequest(groups=[group])).groups[0]
+def describe(broker: BrokerNode, group: str) -> Any:
+    return broker.call(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest(groups=[group])).groups[0]
 
 
-def committed(broker: BrokerChild, group: str, topic: str) -> dict[int, tuple[int, int]]:
+def committed(broker: BrokerNode, group: str, topic: str) -> dict[int, tuple[int, int]]:
     """partition -> (offset, leader epoch), by OffsetFetch v7; asked again while the broker is
     loading the group or has not yet heard it leads the group's partition (FindCoordinator
     answers from the metadata of whichever broker was asked)."""
-    answer: list[Any] = []
+    def ask() -> Any:
+        a = broker.call(ApiKey.OFFSET_FETCH, OffsetFetchRequest(
+            group_id=group, topics=[OffsetFetchRequestTopic(
+                name=topic, partition_indexes=list(range(PARTITIONS)))]), 7)
+        if a.error_code not in (0, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR):
+            raise RuntimeError(f"OffsetFetch of {group} failed: {a}")
+        return a if a.error_code == 0 else None
 
-    def ask() -> bool:
-        a = broker.call(9, OffsetFetchRequest(group_id=group, topics=[OffsetFetchRequestTopic(
-            name=topic, partition_indexes=list(range(PARTITIONS)))]), 7)
-        assert a.error_code in (0, E.COORDINATOR_LOAD_IN_PROGRESS, E.NOT_COORDINATOR), a
-        answer[:] = [a] if a.error_code == 0 else []
-        return bool(answer)
-
-    until(f"the offsets of {group}", ask, lambda: time.sleep(0.05))
+    answer = until(ask, f"the offsets of {group}", WAIT_S)
     return {p.partition_index: (p.committed_offset, p.committed_leader_epoch)
-            for t in answer[0].topics for p in t.partitions}
+            for t in answer.topics for p in t.partitions}
 
 
 class Holder(threading.Thread):
@@ -239,7 +231,7 @@ class Holder(threading.Thread):
         self.stopping = threading.Event()
         self.member_id = ""
         self.generation = -1
-        self.coordinator: BrokerChild | None = None
+        self.coordinator: BrokerNode | None = None
         self.history: list[str] = []  # what it did, for failure messages
         self.failure: BaseException | None = None
 
@@ -255,7 +247,10 @@ class Holder(threading.Thread):
             self.failure = exc
 
     def check(self) -> None:
-        assert self.failure is None, f"the holder failed: {self.failure!r}; {self.history[-20:]}"
+        """Raise the holder's failure in the test's thread (not an AssertionError: `until`
+        would take that for "not yet" and ask again)."""
+        if self.failure is not None:
+            raise RuntimeError(f"the holder failed: {self.failure!r}; {self.history[-20:]}")
 
     def _note(self, what: str) -> None:
         self.history.append(f"{time.monotonic():.3f} {what}")
@@ -267,7 +262,7 @@ class Holder(threading.Thread):
         try:
             return self.coordinator.call(key, message, version)
         except OSError as exc:  # the coordinator was killed: refused, reset or timed out
-            self._note(f"request {key} to broker {self.coordinator.broker_id} failed: {exc!r}")
+            self._note(f"request {key} to broker {self.coordinator.node_id} failed: {exc!r}")
             self.coordinator = None
             return None
 
@@ -357,16 +352,13 @@ class Holder(threading.Thread):
 
 
 # ----------------------------------------------------------------------------------- the run
-def produce(cluster: Cluster, topic: str, first: int, count: int) -> set[bytes]:
-    """Records first..first+count-1, dealt round-robin over the partitions."""
-    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all",
-                                   "linger.ms": 5})
-    values = {}
-    for i in range(first, first + count):
-        values[i] = f"{topic}-{i}".encode()
-        producer.produce(topic, value=values[i], partition=i % PARTITIONS)
-    assert producer.flush(WAIT_S) == 0
-    return set(values.values())
+def produce(cluster: Cluster, topic: str, first: int, count: int, history: History
+            ) -> set[bytes]:
+    """Records first..first+count-1, dealt round-robin over the partitions (recorded)."""
+    values = [f"{topic}-{i}".encode() for i in range(first, first + count)]
+    produce_to(cluster.bootstrap_servers, topic, values, history=history, timeout_s=WAIT_S,
+               placement=lambda n: {"partition": (first + n) % PARTITIONS})
+    return set(values)
 
 
 def per_partition(first: int, count: int) -> Counter[int]:
@@ -381,8 +373,9 @@ def partitions_of(assignment: bytes) -> set[int]:
 class Group:
     """The consumers, what each read, and the holder."""
 
-    def __init__(self, holder: Holder) -> None:
+    def __init__(self, holder: Holder, history: History) -> None:
         self.holder = holder
+        self.history = history
         self.members: list[Member] = []
         self.reads: list[Read] = []
 
@@ -394,11 +387,18 @@ class Group:
     def read_values(self) -> set[bytes]:
         return {v for _, _, v, _ in self.reads}
 
-    def read_all(self, values: set[bytes]) -> None:
-        until(f"{len(values)} records to be read", lambda: values <= self.read_values(),
-              self.pump)
+    def pumping(self, done: Callable[[], bool]) -> Callable[[], bool]:
+        """A check for `until` that polls every consumer, then asks done()."""
+        def check() -> bool:
+            self.pump()
+            return done()
+        return check
 
-    def settled(self, coord: BrokerChild, group_id: str) -> bool:
+    def read_all(self, values: set[bytes]) -> None:
+        until(self.pumping(lambda: values <= self.read_values()),
+              f"{len(values)} records to be read", WAIT_S, interval_s=0)
+
+    def settled(self, coord: BrokerNode, group_id: str) -> bool:
         """Stable at `coord` with every consumer and the holder (once started); the assignments
         the broker holds are the ones the clients applied: disjoint, covering, none empty."""
         d = describe(coord, group_id)
@@ -415,21 +415,24 @@ class Group:
         return (all(applied) and sum(map(len, applied)) == PARTITIONS
                 and set().union(*applied) == set(range(PARTITIONS)))
 
-    def settle(self, coord: BrokerChild, group_id: str, what: str) -> None:
-        until(what, lambda: self.settled(coord, group_id), self.pump)
+    def settle(self, coord: BrokerNode, group_id: str, what: str) -> None:
+        until(self.pumping(lambda: self.settled(coord, group_id)), what, WAIT_S, interval_s=0)
 
 
-def failover_mid_rebalance(cluster: Cluster, kind: Kind, state: str) -> None:
+def failover_mid_rebalance(make: Callable[..., Cluster], kind: Kind, state: str) -> None:
+    history = History()
+    cluster = make(brokers=3, settings=SETTINGS, on_fault=history.record_fault)
     topic = f"fo-{kind.name}-{state}"
     group_id = f"{topic}-group"
     cluster.create_topic(topic, partitions=PARTITIONS, replication_factor=3)
     holder = Holder(cluster, group_id, kind.protocol, topic)
-    group = Group(holder)
+    group = Group(holder, history)
     try:
         if state == "CompletingRebalance":
             holder.start()  # first in: the leader, for as long as it stays
-            until("the holder to lead its group", holder.synced.is_set, group.pump)
-        group.members += [kind.make(cluster, topic, group_id) for _ in range(2)]
+            until(group.pumping(holder.synced.is_set), "the holder to lead its group", WAIT_S,
+                  interval_s=0)
+        group.members += [kind.make(cluster, topic, group_id, history) for _ in range(2)]
         if state == "PreparingRebalance":
             group.settle(coordinator(cluster, group_id), group_id,
                          "two consumers to share the partitions")
@@ -440,22 +443,22 @@ def failover_mid_rebalance(cluster: Cluster, kind: Kind, state: str) -> None:
             assert describe(coord, group_id).members[0].member_id == holder.member_id
 
         # Read and commit; then read the uncommitted window.
-        produced = produce(cluster, topic, 0, BATCH)
+        produced = produce(cluster, topic, 0, BATCH, history)
         group.read_all(produced)
         for m in group.members:
             m.commit()
-        window = produce(cluster, topic, BATCH, WINDOW)
+        window = produce(cluster, topic, BATCH, WINDOW, history)
         group.read_all(window)
         produced |= window
         before = committed(coord, group_id, topic)
         assert {p: o for p, (o, _) in before.items()} == per_partition(0, BATCH)
-        epochs = {p: e for p, (_, e) in cluster.leaders(topic).items()}
+        epochs = {p: s.leader_epoch for p, s in cluster.partitions(topic).items()}
         assert {p: e for p, (_, e) in before.items()} == epochs, \
             "the commits carry the leader epoch of what was read"
 
         # A newcomer joins; the holder keeps the group mid-rebalance.
         (holder.hold_join if state == "PreparingRebalance" else holder.hold_sync).set()
-        group.members.append(kind.make(cluster, topic, group_id))
+        group.members.append(kind.make(cluster, topic, group_id, history))
         newcomer = group.members[-1]
 
         def mid_rebalance() -> bool:
@@ -465,9 +468,10 @@ def failover_mid_rebalance(cluster: Cluster, kind: Kind, state: str) -> None:
                     and bool(newcomer.member_id())
                     and newcomer.member_id() in {m.member_id for m in d.members})
 
-        until(f"the group to be {state} with the newcomer", mid_rebalance, group.pump)
+        until(group.pumping(mid_rebalance), f"the group to be {state} with the newcomer",
+              WAIT_S, interval_s=0)
         assert describe(coord, group_id).group_state == state  # right before the kill
-        coord.stop(signal.SIGKILL)
+        cluster.kill(coord.node_id)
         holder.hold_join.clear()
         holder.hold_sync.clear()
 
@@ -475,13 +479,17 @@ def failover_mid_rebalance(cluster: Cluster, kind: Kind, state: str) -> None:
         assert new is not coord
         assert committed(new, group_id, topic) == before  # offsets and epochs, as committed
         group.settle(new, group_id, "the group to be stable on the new coordinator")
-        after = produce(cluster, topic, BATCH + WINDOW, AFTER)
+        after = produce(cluster, topic, BATCH + WINDOW, AFTER, history)
         group.read_all(after)
         produced |= after
         group.settle(new, group_id, "the group to stay stable while reading")
 
-        # Nothing lost; read twice only within the uncommitted window.
+        # Nothing lost, duplicated or read out of order; read twice only within the
+        # uncommitted window.
         assert group.read_values() == produced
+        verdict = check(history)
+        assert verdict.ok and not verdict.counts, str(verdict)
+        assert verdict.stats["values_read"] == verdict.stats["sends_acked"] == len(produced)
         at_kill = per_partition(0, BATCH + WINDOW)
         twice = [(p, o) for (p, o), n in Counter((p, o) for p, o, _, _ in group.reads).items()
                  if n > 1]
@@ -497,20 +505,20 @@ def failover_mid_rebalance(cluster: Cluster, kind: Kind, state: str) -> None:
         assert committed(new, group_id, topic) == last
         assert {p: o for p, (o, _) in last.items()} == per_partition(0, BATCH + WINDOW + AFTER)
     finally:
-        for m in group.members:
-            m.close()
-        holder.stop()
+        try:
+            for m in group.members:
+                m.close()
+        finally:
+            holder.stop()
 
 
 @pytest.mark.parametrize("kind", KINDS, ids=[k.name for k in KINDS])
-def test_coordinator_killed_while_the_group_prepares_a_rebalance(tmp_path: Path,
-                                                                  kind: Kind) -> None:
-    with Cluster(tmp_path, brokers=3, broker_args=BROKER_ARGS) as cluster:
-        failover_mid_rebalance(cluster, kind, "PreparingRebalance")
+def test_coordinator_killed_while_the_group_prepares_a_rebalance(
+        epochlog_cluster: Callable[..., Cluster], kind: Kind) -> None:
+    failover_mid_rebalance(epochlog_cluster, kind, "PreparingRebalance")
 
 
 @pytest.mark.parametrize("kind", KINDS[::2], ids=[k.name for k in KINDS[::2]])
-def test_coordinator_killed_while_the_leader_withholds_the_assignment(tmp_path: Path,
-                                                                      kind: Kind) -> None:
-    with Cluster(tmp_path, brokers=3, broker_args=BROKER_ARGS) as cluster:
-        failover_mid_rebalance(cluster, kind, "CompletingRebalance")
+def test_coordinator_killed_while_the_leader_withholds_the_assignment(
+        epochlog_cluster: Callable[..., Cluster], kind: Kind) -> None:
+    failover_mid_rebalance(epochlog_cluster, kind, "CompletingRebalance")

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
@@ -32,25 +30,27 @@ from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import KafkaError as CKError
 from confluent_kafka import TopicPartition as CKTopicPartition
 
-from client import Consumer, LogTruncationError, TopicPartition
-from protocol.apis.find_coordinator import FindCoordinatorRequest
-from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
-from tests.broker.cluster import Cluster, call
+from epochlog.client import Consumer, LogTruncationError, TopicPartition
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.testing import Cluster, until
+from epochlog.testing.traffic import produce
 from tests.chaos.replicas import (
     dump_batches,
     epoch_end,
     epoch_entries,
-    produce,
+    kill_until_dead,
     state_from,
     wait_quiet,
 )
 
 SESSION_MS = 3000
-CONTROLLER_ARGS = ["--set", f"broker_session_timeout_ms={SESSION_MS}"]
-BROKER_ARGS = ["--set", f"broker_heartbeat_interval_ms={SESSION_MS // 4}",
-               "--set", "replica_lag_time_max_ms=10000",
-               "--set", "offsets_topic_num_partitions=1",
-               "--set", "group_initial_rebalance_delay_ms=0"]
+SETTINGS = {"broker_session_timeout_ms": SESSION_MS,
+            "broker_heartbeat_interval_ms": SESSION_MS // 4,
+            "replica_lag_time_max_ms": 10000,
+            "offsets_topic_num_partitions": 1,
+            "group_initial_rebalance_delay_ms": 0}
 TOPIC = "orders"
 TP = TopicPartition(TOPIC, 0)
 EARLY, TAIL, NEW = 10, 30, 40   # records: replicated to both, on A alone, on B after the election
@@ -59,7 +59,8 @@ GROUP_NONE, GROUP_EARLIEST = "resume-none", "resume-earliest"
 GROUP_CK_ERROR, GROUP_CK_EARLIEST = "resume-ck-error", "resume-ck-earliest"
 GROUPS = (GROUP_NONE, GROUP_EARLIEST, GROUP_CK_ERROR, GROUP_CK_EARLIEST)
 WAIT_S = 30.0
-COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR = 14, 15, 16
+NOT_YET = (ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+           ErrorCode.NOT_COORDINATOR)
 
 
 @dataclass(frozen=True)
@@ -75,58 +76,23 @@ class Truncated:
 
 
 # ------------------------------------------------------------------------- the scenario
-def wait_for(check: Callable[[], object], what: str, timeout_s: float = WAIT_S) -> None:
-    """Until check() is truthy, asking again while a broker is unreachable (bounded)."""
-    deadline = time.monotonic() + timeout_s
-    last: object = None
-    while True:
-        try:
-            last = check()
-            if last:
-                return
-        except (OSError, TimeoutError) as exc:  # a broker restarting: ask again
-            last = exc
-        assert time.monotonic() < deadline, f"timed out waiting for {what}: last {last!r}"
-        time.sleep(0.1)
-
-
-def coordinator(cluster: Cluster, group: str) -> int:
-    """The node FindCoordinator names for group, asking every live broker until one answers."""
-    found: list[int] = []
-
-    def ask() -> bool:
-        for b in cluster.brokers.values():
-            if b.alive:
-                answer = b.call(10, FindCoordinatorRequest(key=group), version=3)
-                if answer.error_code == 0:
-                    found.append(answer.node_id)
-                    return True
-        return False
-
-    wait_for(ask, f"a coordinator for {group}")
-    return found[-1]
-
-
 def offset_fetch(cluster: Cluster, group: str) -> tuple[int, int]:
-    """(committed offset, committed leader epoch) of TP, by OffsetFetch v7 at the coordinator."""
-    got: list[tuple[int, int]] = []
-
-    def ask() -> bool:
-        node = coordinator(cluster, group)
-        answer = call("127.0.0.1", cluster.broker(node).port, 9, OffsetFetchRequest(
-            group_id=group, topics=[OffsetFetchRequestTopic(name=TOPIC, partition_indexes=[0])],
-            require_stable=True), version=7)
-        if answer.error_code in (COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE,
-                                 NOT_COORDINATOR):
-            return False
-        assert answer.error_code == 0, answer
+    """(committed offset, committed leader epoch) of TP, by OffsetFetch v7 at the coordinator;
+    asked again while the coordinator is loading, moving or unreachable (bounded)."""
+    def ask() -> tuple[int, int] | None:
+        answer = cluster.brokers[cluster.coordinator_of(group)].call(
+            ApiKey.OFFSET_FETCH, OffsetFetchRequest(
+                group_id=group, topics=[OffsetFetchRequestTopic(name=TOPIC,
+                                                                partition_indexes=[0])],
+                require_stable=True), version=7)
+        if answer.error_code in NOT_YET:
+            return None
         p = answer.topics[0].partitions[0]
-        assert p.error_code == 0, answer
-        got.append((p.committed_offset, p.committed_leader_epoch))
-        return True
+        if answer.error_code != 0 or p.error_code != 0:
+            raise RuntimeError(f"OffsetFetch of {group} failed: {answer}")
+        return p.committed_offset, p.committed_leader_epoch
 
-    wait_for(ask, f"OffsetFetch of {group}")
-    return got[-1]
+    return until(ask, f"OffsetFetch of {group}", WAIT_S)
 
 
 def read_and_commit(bootstrap: str, group: str, upto: int) -> None:
@@ -136,41 +102,29 @@ def read_and_commit(bootstrap: str, group: str, upto: int) -> None:
                            "enable.auto.commit": False, "auto.offset.reset": "earliest"})
     try:
         consumer.subscribe([TOPIC])
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            assert time.monotonic() < deadline, f"{group} did not read up to offset {upto - 1}"
+
+        def read_to_end() -> bool:
             message = consumer.poll(0.5)
-            if message is None or message.error():
-                continue
-            if message.offset() == upto - 1:
-                consumer.commit(message=message, asynchronous=False)
-                return
+            if message is None or message.error() or message.offset() != upto - 1:
+                return False
+            consumer.commit(message=message, asynchronous=False)
+            return True
+
+        until(read_to_end, f"{group} to read up to offset {upto - 1}", WAIT_S, interval_s=0)
     finally:
         consumer.close()
 
 
-def wait_isr(cluster: Cluster, ask: int, isr: list[int]) -> None:
-    wait_for(lambda: list(state_from(cluster, ask, TOPIC).isr_nodes) == isr, f"ISR {isr}")
-
-
 def wait_leads(cluster: Cluster, broker: int, epoch_above: int) -> int:
     """Until broker leads TOPIC in an epoch above epoch_above and has taken it; that epoch."""
-    def leads() -> bool:
+    def leads() -> int | None:
         p = state_from(cluster, broker, TOPIC)
-        return (p.leader_id == broker and p.leader_epoch > epoch_above
-                and cluster.broker(broker).has_line(
-                    f"{TOPIC}-0: became LEADER at leader epoch {p.leader_epoch}"))
+        took = cluster.node(broker).has_line(
+            f"{TOPIC}-0: became LEADER at leader epoch {p.leader_epoch}")
+        return p.leader_epoch if (p.leader_id == broker and p.leader_epoch > epoch_above
+                                  and took) else None
 
-    wait_for(leads, f"broker {broker} to lead {TOPIC} above epoch {epoch_above}")
-    return state_from(cluster, broker, TOPIC).leader_epoch
-
-
-def kill(cluster: Cluster, broker: int) -> None:
-    """SIGKILL, then wait until the controller has ended that generation."""
-    mark = len(cluster.controller.lines)
-    cluster.broker(broker).stop(signal.SIGKILL)
-    cluster.controller.wait_line(rf"broker {broker} generation \d+ is dead", start=mark,
-                                 timeout_s=WAIT_S)
+    return until(leads, f"broker {broker} to lead {TOPIC} above epoch {epoch_above}", WAIT_S)
 
 
 def log_end(cluster: Cluster, broker: int) -> int:
@@ -180,16 +134,16 @@ def log_end(cluster: Cluster, broker: int) -> int:
 def build(cluster: Cluster) -> Truncated:
     """The scenario of the module docstring, checked at each step."""
     cluster.create_topic(TOPIC, partitions=1, replication_factor=2,
-                         **{"min.insync.replicas": "1",
-                            "unclean.leader.election.enable": "true"})
-    a = cluster.leaders(TOPIC)[0][0]
+                         configs={"min.insync.replicas": 1,
+                                  "unclean.leader.election.enable": True})
+    a = cluster.leader_of(TOPIC, 0)
     b = 3 - a
-    coordinator(cluster, GROUP_NONE)  # creates __consumer_offsets while both are up: RF 2
-    produce(cluster.bootstrap, TOPIC, [b"early-%d" % i for i in range(EARLY)])
+    cluster.coordinator_of(GROUP_NONE)  # creates __consumer_offsets while both are up: RF 2
+    produce(cluster.bootstrap_servers, TOPIC, [b"early-%d" % i for i in range(EARLY)])
 
-    kill(cluster, b)
-    wait_isr(cluster, a, [a])
-    only_a = f"127.0.0.1:{cluster.broker(a).port}"
+    kill_until_dead(cluster, b)
+    until(lambda: list(state_from(cluster, a, TOPIC).isr_nodes) == [a], f"ISR [{a}]", WAIT_S)
+    only_a = cluster.brokers[a].address
     produce(only_a, TOPIC, [b"tail-%d" % i for i in range(TAIL)], acks="1")
     x = EARLY + READ
     for group in GROUPS:
@@ -199,24 +153,25 @@ def build(cluster: Cluster) -> Truncated:
     for group in GROUPS:
         assert offset_fetch(cluster, group) == (x, epoch), group
 
-    kill(cluster, a)
-    cluster.broker(b).start()
-    cluster.broker(b).wait_started()
+    kill_until_dead(cluster, a)
+    cluster.restart(b)
     new_epoch = wait_leads(cluster, b, epoch_above=epoch)
-    cluster.controller.wait_line(f"UNCLEAN leader election for {TOPIC}-0: broker {b} ")
+    cluster.node(cluster.controller).wait_line(
+        f"UNCLEAN leader election for {TOPIC}-0: broker {b} ", timeout_s=WAIT_S)
     new = [b"new-%d" % i for i in range(NEW)]
-    offsets = produce(f"127.0.0.1:{cluster.broker(b).port}", TOPIC, new)
+    offsets = produce(cluster.brokers[b].address, TOPIC, new)
 
-    cluster.broker(a).start()
-    cluster.broker(a).wait_started()
+    cluster.restart(a)
     wait_quiet(cluster, TOPIC, 1, replicas=2)
     # The offsets partition moves once more: a controlled restart of its leader, once the
     # other broker is back in its ISR.
-    offsets_leader = coordinator(cluster, GROUP_NONE)
-    wait_for(lambda: len(state_from(cluster, offsets_leader, "__consumer_offsets")
-                         .isr_nodes) == 2, "a full ISR for __consumer_offsets-0")
-    cluster.restart_broker(offsets_leader)
-    final = coordinator(cluster, GROUP_NONE)
+    offsets_leader = cluster.coordinator_of(GROUP_NONE)
+    until(lambda: len(state_from(cluster, offsets_leader, "__consumer_offsets").isr_nodes) == 2,
+          "a full ISR for __consumer_offsets-0", WAIT_S)
+    assert cluster.stop(offsets_leader) == 0, cluster.node(offsets_leader).tail(20)
+    assert cluster.node(offsets_leader).has_line("closed data dir")
+    cluster.restart(offsets_leader)
+    final = cluster.coordinator_of(GROUP_NONE)
     assert final != offsets_leader, "the coordinator did not move"
 
     leader = state_from(cluster, b, TOPIC).leader_id
@@ -226,14 +181,17 @@ def build(cluster: Cluster) -> Truncated:
     assert d == 1 + max(batch[1] for batch in dump_batches(cluster, leader, TOPIC, 0)
                         if batch[2] <= epoch)
     assert d < x < end, (d, x, end)  # the committed offset exists again: only epochs tell
-    return Truncated(cluster, cluster.bootstrap, (x, epoch), (d, d_epoch), new_epoch,
+    return Truncated(cluster, cluster.bootstrap_servers, (x, epoch), (d, d_epoch), new_epoch,
                      list(zip(offsets, new, strict=True)))
 
 
 @pytest.fixture(scope="module")
 def truncated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Truncated]:
-    with Cluster(tmp_path_factory.mktemp("group-truncation"), brokers=2,
-                 controller_args=CONTROLLER_ARGS, broker_args=BROKER_ARGS) as cluster:
+    """Built once for the module's five tests. The `epochlog_cluster` fixture is per test, so
+    this uses the public Cluster it wraps, as a context manager: closed (and every process
+    reaped) when the module ends, pass or fail."""
+    with Cluster(2, settings=SETTINGS,
+                 base_dir=tmp_path_factory.mktemp("group-truncation")) as cluster:
         yield build(cluster)
 
 
@@ -324,13 +282,9 @@ def resume_with_seek(bootstrap: str, group: str, reset: str) -> tuple[list[objec
 
     try:
         consumer.subscribe([TOPIC], on_assign=on_assign)
-        deadline = time.monotonic() + WAIT_S
-        while True:
-            assert time.monotonic() < deadline, "nothing polled:\n" + "\n".join(
-                collect.lines[-40:])
-            message = consumer.poll(0.5)
-            if message is not None:
-                return [*seen, message], collect
+        message = until(lambda: consumer.poll(0.5), f"{group} to poll a record or an error",
+                        WAIT_S, interval_s=0, detail=lambda: "\n".join(collect.lines[-40:]))
+        return [*seen, message], collect
     finally:
         consumer.close()
 

@@ -1,4 +1,4 @@
-"""Zombie leader (issue 5; DESIGN.md guarantee 4), on real processes.
+"""Zombie leader (issue 5; docs/design.md, guarantee 4), on real processes.
 
 The leader of a replication-factor-3 partition is paused (SIGSTOP) past its session. While it is
 frozen, produce requests naming its old leader epoch are already waiting in its socket (a client
@@ -12,33 +12,39 @@ SIGCONT:
 - the zombie learns its generation is over (its heartbeat is refused with STALE_BROKER_EPOCH),
   registers again, becomes a follower, truncates the tail it wrote in the old epoch (KIP-101) and
   rejoins the ISR;
-- every acknowledged record is there, the zombie's own writes are not, and all replicas hold the
+- every acknowledged record is there, once, at its offset (`check` of the history of the sends
+  and the read-back finds nothing), the zombie's own writes are not, and all replicas hold the
   same batches.
 """
 
 from __future__ import annotations
 
-import signal
 import socket
 import struct
-import time
-from pathlib import Path
+from collections.abc import Callable
 
-from protocol.apis.produce import (PartitionProduceData, ProduceRequest, ProduceResponse,
-                                   TopicProduceData)
-from protocol.headers import RequestHeader, decode_response_header
-from protocol.records import build_batch
-from protocol.registry import APIS
-from tests.broker.cluster import Cluster
-from tests.chaos.replicas import partition_state, produce, read_all, state_from, wait_quiet
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.produce import (
+    PartitionProduceData,
+    ProduceRequest,
+    ProduceResponse,
+    TopicProduceData,
+)
+from epochlog.protocol.headers import RequestHeader, decode_response_header
+from epochlog.protocol.records import build_batch
+from epochlog.protocol.registry import APIS
+from epochlog.testing import Cluster, History, check, until
+from epochlog.testing.traffic import produce, read_back
+from tests.chaos.replicas import state_from, wait_quiet
 
 TOPIC = "zombie"
 SESSION_MS = 2000
-CONTROLLER_ARGS = ["--set", f"broker_session_timeout_ms={SESSION_MS}"]
-BROKER_ARGS = ["--set", f"broker_heartbeat_interval_ms={SESSION_MS // 4}",
-               "--set", "replica_lag_time_max_ms=2000"]
-PRODUCE = APIS[0]
+SETTINGS = {"broker_session_timeout_ms": SESSION_MS,
+            "broker_heartbeat_interval_ms": SESSION_MS // 4,
+            "replica_lag_time_max_ms": 2000}
+PRODUCE = APIS[ApiKey.PRODUCE]
 PRODUCE_VERSION = 9
+WAIT_S = 30.0
 
 
 def produce_frame(correlation_id: int, acks: int, leader_epoch: int, value: bytes) -> bytes:
@@ -68,49 +74,48 @@ def read_response(sock: socket.socket) -> tuple[int, ProduceResponse]:
     return correlation_id, PRODUCE.decode_response(frame, PRODUCE_VERSION, pos)
 
 
-def test_paused_leader_is_fenced_truncates_and_rejoins(tmp_path: Path) -> None:
-    with Cluster(tmp_path, brokers=3, controller_args=CONTROLLER_ARGS,
-                 broker_args=BROKER_ARGS) as cluster:
-        cluster.create_topic(TOPIC, partitions=1, replication_factor=3,
-                             **{"min.insync.replicas": "2"})
-        before = [f"before-{i}".encode() for i in range(50)]
-        acked = dict(zip(produce(cluster.bootstrap, TOPIC, before), before))
-        old = partition_state(cluster, TOPIC)[0]
-        zombie_id, old_epoch = old.leader_id, old.leader_epoch
-        zombie = cluster.broker(zombie_id)
+def test_paused_leader_is_fenced_truncates_and_rejoins(
+        epochlog_cluster: Callable[..., Cluster]) -> None:
+    history = History()
+    cluster = epochlog_cluster(brokers=3, settings=SETTINGS, on_fault=history.record_fault)
+    cluster.create_topic(TOPIC, partitions=1, replication_factor=3,
+                         configs={"min.insync.replicas": 2})
+    produce(cluster.bootstrap_servers, TOPIC, [f"before-{i}".encode() for i in range(50)],
+            history=history)
+    old = cluster.partitions(TOPIC)[0]
+    zombie_id, old_epoch = old.leader_id, old.leader_epoch
+    zombie = cluster.node(zombie_id)
 
-        zombie.send_signal(signal.SIGSTOP)
+    cluster.pause(zombie_id)
+    # A client that missed the failover: its requests wait in the frozen broker's socket.
+    sock = socket.create_connection((zombie.host, zombie.port), timeout=WAIT_S)
+    try:
         try:
-            # A client that missed the failover: its requests wait in the frozen broker's socket.
-            sock = socket.create_connection(("127.0.0.1", zombie.port), timeout=30)
             sock.sendall(produce_frame(1, -1, old_epoch, b"zombie-acks-all") +
                          produce_frame(2, 1, old_epoch, b"zombie-acks-one"))
             others = [b for b in cluster.brokers if b != zombie_id]
-            deadline = time.monotonic() + 30
-            while True:
-                now = state_from(cluster, others[0], TOPIC)
-                if now.leader_id not in (-1, zombie_id) and now.leader_epoch > old_epoch:
-                    break
-                assert time.monotonic() < deadline, f"no new leader: {now}"
-                time.sleep(0.2)
-            after = [f"after-{i}".encode() for i in range(50)]
-            others_bootstrap = ",".join(f"127.0.0.1:{cluster.broker(b).port}" for b in others)
-            acked.update(zip(produce(others_bootstrap, TOPIC, after), after))
+            until(lambda: (p := state_from(cluster, others[0], TOPIC)).leader_id not in
+                  (-1, zombie_id) and p.leader_epoch > old_epoch,
+                  f"a leader other than broker {zombie_id} above epoch {old_epoch}", WAIT_S)
+            others_bootstrap = ",".join(cluster.brokers[b].address for b in others)
+            produce(others_bootstrap, TOPIC, [f"after-{i}".encode() for i in range(50)],
+                    history=history)
         finally:
-            zombie.send_signal(signal.SIGCONT)
-
+            cluster.resume(zombie_id)
         answers = dict(read_response(sock) for _ in range(2))
+    finally:
         sock.close()
-        all_answer = answers[1].responses[0].partition_responses[0]
-        assert all_answer.error_code != 0, (
-            f"the zombie acknowledged an acks=all write at offset {all_answer.base_offset}")
+    all_answer = answers[1].responses[0].partition_responses[0]
+    assert all_answer.error_code != 0, (
+        f"the zombie acknowledged an acks=all write at offset {all_answer.base_offset}")
 
-        zombie.wait_line(r"generation \d+ -> \d+", timeout_s=30)
-        wait_quiet(cluster, TOPIC, partitions=1, replicas=3)
-        got = dict(read_all(cluster.bootstrap, TOPIC, 1)[0])
+    zombie.wait_line(r"generation \d+ -> \d+", timeout_s=WAIT_S)
+    wait_quiet(cluster, TOPIC, partitions=1, replicas=3)
+    got = read_back(cluster.bootstrap_servers, TOPIC, 1, history=history)[0]
 
-    missing = {off: v for off, v in acked.items() if got.get(off) != v}
-    assert not missing, f"acknowledged records missing: {sorted(missing)[:5]}"
-    values = set(got.values())
+    verdict = check(history)
+    assert verdict.ok and not verdict.counts, str(verdict)
+    assert verdict.stats["sends_acked"] == verdict.stats["values_read"] == 100, verdict.stats
+    values = {v for _, v in got}
     assert b"zombie-acks-all" not in values and b"zombie-acks-one" not in values, \
         "a write taken in the zombie's old epoch survived"

@@ -10,11 +10,11 @@ import asyncio
 
 import pytest
 
-from client.accumulator import Accumulator, Batch, ProducerIdentity
-from client.errors import MessageTooLargeError
-from client.types import TopicPartition
-from protocol.batch import check
-from protocol.records import decode_batch
+from epochlog.client.accumulator import Accumulator, Batch, ProducerIdentity
+from epochlog.client.errors import MessageTooLargeError
+from epochlog.client.types import TopicPartition
+from epochlog.protocol.batch import check
+from epochlog.protocol.records import decode_batch
 
 TP = TopicPartition("t", 0)
 

@@ -14,10 +14,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from client import Producer, TopicPartition
-from client.admin import Admin, ConfigResource, NewTopic
-from client.errors import (InvalidPartitionsError, TopicAlreadyExistsError,
-                           UnknownTopicOrPartitionError)
+from epochlog.client import Producer, TopicPartition
+from epochlog.client.admin import Admin, ConfigResource, NewTopic
+from epochlog.client.errors import (
+    InvalidPartitionsError,
+    TopicAlreadyExistsError,
+    UnknownTopicOrPartitionError,
+)
 from tests.broker.cluster import Cluster
 
 
@@ -78,7 +81,7 @@ async def test_list_offsets_earliest_latest_and_by_time(cluster: Cluster) -> Non
         await admin.create_topics([NewTopic(topic, 1, 2)])
         async with Producer(cluster.bootstrap) as producer:
             for i in range(10):
-                await producer.enqueue(topic, value=b"x", timestamp_ms=1_000_000 + i * 10)
+                await producer.send(topic, value=b"x", timestamp_ms=1_000_000 + i * 10)
             await producer.flush()
         tp = TopicPartition(topic, 0)
         epoch = cluster.leaders(topic)[0][1]
@@ -95,7 +98,8 @@ async def test_preferred_election_brings_leadership_back(cluster: Cluster) -> No
         await admin.create_topics([NewTopic(topic, replica_assignments={0: [1, 2]})])
         tp = TopicPartition(topic, 0)
         assert (await admin.elect_leaders("preferred", [tp])) == {tp: None}  # not needed: fine
-        await asyncio.to_thread(cluster.restart_broker, 1, signal.SIGTERM)  # controlled shutdown moves leadership to 2
+        # controlled shutdown moves leadership to 2
+        await asyncio.to_thread(cluster.restart_broker, 1, signal.SIGTERM)
         moved = (await admin.describe_topics([topic]))[topic].partitions[0]
         assert moved.leader == 2
         cluster._poll(lambda: sorted(cluster.metadata(topics=[topic]).topics[0]

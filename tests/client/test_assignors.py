@@ -1,6 +1,7 @@
 """Assignors: Kafka's documented examples, properties every assignment must have, agreement with
 kafka-python's range and roundrobin on random groups, and cooperative-sticky's rebalance rounds
-(a partition never given out while another member owns it; complete and balanced within two rounds)."""
+(a partition never given out while another member owns it; complete and balanced within two
+rounds)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from kafka.coordinator.assignors.range import RangePartitionAssignor
 from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription
 
-from client.assignors import (
+from epochlog.client.assignors import (
     ASSIGNORS,
     Assignor,
     CooperativeStickyAssignor,
@@ -23,13 +24,13 @@ from client.assignors import (
     RoundRobinAssignor,
     make_assignors,
 )
-from client.consumer_protocol import (
+from epochlog.client.consumer_protocol import (
     Assignment,
     Subscription,
     decode_subscription,
     encode_subscription,
 )
-from client.types import TopicPartition as TP
+from epochlog.client.types import TopicPartition as TP
 
 
 def _tps(spec: str) -> list[TP]:
@@ -41,7 +42,7 @@ def _parts(result: Mapping[str, Assignment]) -> dict[str, list[TP]]:
     return {m: sorted(a.partitions) for m, a in result.items()}
 
 
-# --- Kafka's documented examples ---------------------------------------------------------------------
+# --- Kafka's documented examples ------------------------------------------------------------------
 
 
 def test_range_javadoc_example() -> None:
@@ -58,7 +59,11 @@ def test_roundrobin_javadoc_examples() -> None:
         "C0": _tps("t0p0 t0p2 t1p1"),
         "C1": _tps("t0p1 t1p0 t1p2"),
     }
-    differing = {"C0": Subscription(["t0"]), "C1": Subscription(["t0", "t1"]), "C2": Subscription(["t0", "t1", "t2"])}
+    differing = {
+        "C0": Subscription(["t0"]),
+        "C1": Subscription(["t0", "t1"]),
+        "C2": Subscription(["t0", "t1", "t2"]),
+    }
     assert _parts(RoundRobinAssignor().assign({"t0": 1, "t1": 2, "t2": 3}, differing)) == {
         "C0": _tps("t0p0"),
         "C1": _tps("t1p0"),
@@ -86,9 +91,13 @@ def test_static_members_come_first_ordered_by_instance_id() -> None:
 
 
 def test_member_ids_compare_as_java_strings() -> None:
-    """Java orders by UTF-16 code unit: U+FFFD sorts after U+10000 (a surrogate pair), unlike Python."""
+    """Java orders by UTF-16 code unit: U+FFFD sorts after U+10000 (a surrogate pair), unlike
+    Python."""
     subs = {"\ufffd": Subscription(["t"]), "\U00010000": Subscription(["t"])}
-    assert _parts(RangeAssignor().assign({"t": 2}, subs)) == {"\U00010000": _tps("tp0"), "\ufffd": _tps("tp1")}
+    assert _parts(RangeAssignor().assign({"t": 2}, subs)) == {
+        "\U00010000": _tps("tp0"),
+        "\ufffd": _tps("tp1"),
+    }
 
 
 def test_unknown_topics_are_skipped_and_every_member_answered() -> None:
@@ -99,9 +108,14 @@ def test_unknown_topics_are_skipped_and_every_member_answered() -> None:
 
 
 def test_make_assignors() -> None:
-    assert [a.name for a in make_assignors(["cooperative-sticky", "range"])] == ["cooperative-sticky", "range"]
+    assert [a.name for a in make_assignors(["cooperative-sticky", "range"])] == [
+        "cooperative-sticky",
+        "range",
+    ]
     assert [a.cooperative for a in make_assignors(ASSIGNORS)] == [False, False, True]
-    with pytest.raises(ValueError, match=r"'sticky'.*known: \['cooperative-sticky', 'range', 'roundrobin'\]"):
+    with pytest.raises(
+        ValueError, match=r"'sticky'.*known: \['cooperative-sticky', 'range', 'roundrobin'\]"
+    ):
         make_assignors(["range", "sticky"])
 
 
@@ -116,7 +130,7 @@ def test_subscriptions_survive_the_wire() -> None:
     assert sticky.generation_id == 5
 
 
-# --- generated groups --------------------------------------------------------------------------------
+# --- generated groups -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -129,10 +143,21 @@ class Group:
 def groups(draw: st.DrawFn, same_subscription: bool = False, max_members: int = 7) -> Group:
     topics = {f"t{i}": draw(st.integers(0, 8)) for i in range(draw(st.integers(1, 4)))}
     names = sorted(topics)
-    members = draw(st.lists(st.text("abcdefg", min_size=1, max_size=3), min_size=1, max_size=max_members, unique=True))
+    members = draw(
+        st.lists(
+            st.text("abcdefg", min_size=1, max_size=3),
+            min_size=1,
+            max_size=max_members,
+            unique=True,
+        )
+    )
     subs = {}
     for m in members:
-        chosen = names if same_subscription else draw(st.lists(st.sampled_from(names + ["gone"]), min_size=1))
+        chosen = (
+            names
+            if same_subscription
+            else draw(st.lists(st.sampled_from(names + ["gone"]), min_size=1))
+        )
         subs[m] = Subscription(sorted(set(chosen)))
     return Group(topics, subs)
 
@@ -230,7 +255,11 @@ def _compare_with_kafka_python(group: Group, static: bool, ours: Assignor, their
         for i, (member, sub) in enumerate(sorted(group.subscriptions.items())):
             sub.group_instance_id = f"instance-{(i * 7) % 10}-{member}"
     members = [
-        _JoinedMember(m, s.group_instance_id, ConsumerProtocolSubscription(version=0, topics=s.topics, user_data=b""))
+        _JoinedMember(
+            m,
+            s.group_instance_id,
+            ConsumerProtocolSubscription(version=0, topics=s.topics, user_data=b""),
+        )
         for m, s in group.subscriptions.items()
     ]
     cluster = _Cluster(group.partitions_per_topic)
@@ -238,17 +267,21 @@ def _compare_with_kafka_python(group: Group, static: bool, ours: Assignor, their
     assert _parts(ours.assign(group.partitions_per_topic, group.subscriptions)) == expected
 
 
-# --- cooperative-sticky ------------------------------------------------------------------------------
+# --- cooperative-sticky ---------------------------------------------------------------------------
 
 
-def _rejoin(group: Group, owned: Mapping[str, list[TP]], generation: int) -> dict[str, Subscription]:
+def _rejoin(
+    group: Group, owned: Mapping[str, list[TP]], generation: int
+) -> dict[str, Subscription]:
     return {
         m: CooperativeStickyAssignor().subscription(s.topics, owned.get(m, []), generation, None)
         for m, s in group.subscriptions.items()
     }
 
 
-def _cooperative_round(group: Group, owned: Mapping[str, list[TP]], generation: int) -> dict[str, list[TP]]:
+def _cooperative_round(
+    group: Group, owned: Mapping[str, list[TP]], generation: int
+) -> dict[str, list[TP]]:
     """One rebalance: members join owning what they hold; each then holds exactly its new assignment
     (it revokes what it lost; cooperative members keep the rest)."""
     subs = _rejoin(group, owned, generation)
@@ -261,10 +294,12 @@ def _cooperative_round(group: Group, owned: Mapping[str, list[TP]], generation: 
     return _parts(result)
 
 
-def _settle(group: Group, owned: dict[str, list[TP]], generation: int) -> tuple[dict[str, list[TP]], int]:
+def _settle(
+    group: Group, owned: dict[str, list[TP]], generation: int
+) -> tuple[dict[str, list[TP]], int]:
     """Rebalance until complete (at most two rounds, the property under test)."""
     everything = _all_subscribed(group)
-    for rounds in (1, 2):
+    for _ in (1, 2):
         owned = _cooperative_round(group, owned, generation)
         generation += 1
         if set().union(*map(set, owned.values())) == everything:
@@ -286,7 +321,10 @@ def membership_changes(draw: st.DrawFn, same_subscription: bool) -> tuple[Group,
     staying = draw(st.sets(st.sampled_from(sorted(before.subscriptions))))
     subs = {m: before.subscriptions[m] for m in staying}
     for m, s in after.subscriptions.items():
-        subs.setdefault("new-" + m, Subscription([t for t in s.topics if t in before.partitions_per_topic] or ["t0"]))
+        subs.setdefault(
+            "new-" + m,
+            Subscription([t for t in s.topics if t in before.partitions_per_topic] or ["t0"]),
+        )
     if same_subscription:
         subs = {m: Subscription(sorted(before.partitions_per_topic)) for m in subs}
     return before, Group(before.partitions_per_topic, subs)
@@ -313,7 +351,9 @@ def test_cooperative_sticky_differing_subscriptions(change: tuple[Group, Group])
     before, after = change
     owned, generation = _settle(before, {}, 1)
     _check_settled(before, owned, generation)
-    owned, generation = _settle(after, {m: ps for m, ps in owned.items() if m in after.subscriptions}, generation)
+    owned, generation = _settle(
+        after, {m: ps for m, ps in owned.items() if m in after.subscriptions}, generation
+    )
     _check_settled(after, owned, generation)
 
 
@@ -343,13 +383,22 @@ def test_cooperative_sticky_reads_generation_from_v1_user_data() -> None:
     """A v0/v1 member carries its generation only in Java's int32 user data."""
     stale = CooperativeStickyAssignor().subscription(["t"], _tps("tp0"), 3, None)
     current = CooperativeStickyAssignor().subscription(["t"], _tps("tp0"), 5, None)
-    subs = {m: decode_subscription(encode_subscription(s, 1)) for m, s in (("z-stale", stale), ("current", current))}
+    subs = {
+        m: decode_subscription(encode_subscription(s, 1))
+        for m, s in (("z-stale", stale), ("current", current))
+    }
     assert all(s.generation_id == -1 for s in subs.values())
-    assert _parts(CooperativeStickyAssignor().assign({"t": 2}, subs)) == {"current": _tps("tp0"), "z-stale": _tps("tp1")}
+    assert _parts(CooperativeStickyAssignor().assign({"t": 2}, subs)) == {
+        "current": _tps("tp0"),
+        "z-stale": _tps("tp1"),
+    }
 
 
 def test_cooperative_sticky_unsubscribed_owner_revokes_before_handover() -> None:
     group = Group({"t": 2, "u": 1}, {"a": Subscription(["u"]), "b": Subscription(["t"])})
     owned = {"a": _tps("tp0 tp1"), "b": []}
     assert _cooperative_round(group, owned, 1) == {"a": _tps("up0"), "b": []}
-    assert _cooperative_round(group, {"a": _tps("up0"), "b": []}, 2) == {"a": _tps("up0"), "b": _tps("tp0 tp1")}
+    assert _cooperative_round(group, {"a": _tps("up0"), "b": []}, 2) == {
+        "a": _tps("up0"),
+        "b": _tps("tp0 tp1"),
+    }

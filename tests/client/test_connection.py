@@ -13,12 +13,17 @@ from typing import Any
 
 import pytest
 
-from client.connection import Connection, ConnectionClosed, RequestTimedOut
-from protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
-from protocol.apis.metadata import MetadataRequest, MetadataResponse
-from protocol.frames import FrameBuffer, frame
-from protocol.headers import decode_request_header, encode_response_header, peek_request_header
-from protocol.registry import APIS
+from epochlog.client.connection import Connection, ConnectionClosed, RequestTimedOut
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
+from epochlog.protocol.apis.metadata import MetadataRequest, MetadataResponse
+from epochlog.protocol.frames import FrameBuffer, frame
+from epochlog.protocol.headers import (
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
+from epochlog.protocol.registry import APIS
 
 
 class Server:
@@ -60,11 +65,12 @@ class Server:
     def answer(self, request: bytes) -> bytes | None:
         key, version, correlation_id = peek_request_header(request)
         api = APIS[key]
-        if key == 18:
+        if key == ApiKey.API_VERSIONS:
             body = ApiVersionsResponse(api_keys=[ApiVersion(18, 0, 2), ApiVersion(3, 1, 9)])
             if version > 2:  # KIP-511: a version we "do not know" gets an error in a v0 body
                 body.error_code, version = 35, 0
-            return frame(encode_response_header(correlation_id, 0) + api.encode_response(body, version))
+            return frame(encode_response_header(correlation_id, 0)
+                         + api.encode_response(body, version))
         header, pos = decode_request_header(request, api.request_header_version(version))
         api.decode_request(request, version, pos)
         if self.mode == "silent-metadata":
@@ -80,14 +86,15 @@ async def test_version_negotiation_steps_down_after_unsupported_version() -> Non
     async with Server() as server:
         conn = await Connection("127.0.0.1", server.port).connect()
         assert conn.server_versions == {18: (0, 2), 3: (1, 9)}
-        assert conn.version_for(APIS[3]) == 9
+        assert conn.version_for(APIS[ApiKey.METADATA]) == 9
         await conn.close()
 
 
 async def test_pipelined_requests_get_their_own_answers() -> None:
     async with Server() as server:
         conn = await Connection("127.0.0.1", server.port).connect()
-        answers = await asyncio.gather(*(conn.request(APIS[3], 9, MetadataRequest(topics=[]))
+        answers = await asyncio.gather(*(conn.request(APIS[ApiKey.METADATA], 9,
+                                                      MetadataRequest(topics=[]))
                                          for _ in range(50)))
         ids = [a.controller_id for a in answers]
         assert ids == sorted(ids) and len(set(ids)) == 50
@@ -97,8 +104,8 @@ async def test_pipelined_requests_get_their_own_answers() -> None:
 async def test_out_of_order_answer_closes_the_connection() -> None:
     async with Server("reversed") as server:
         conn = await Connection("127.0.0.1", server.port).connect()
-        results = await asyncio.gather(conn.request(APIS[3], 9, MetadataRequest()),
-                                       conn.request(APIS[3], 9, MetadataRequest()),
+        results = await asyncio.gather(conn.request(APIS[ApiKey.METADATA], 9, MetadataRequest()),
+                                       conn.request(APIS[ApiKey.METADATA], 9, MetadataRequest()),
                                        return_exceptions=True)
         assert all(isinstance(r, ConnectionClosed) for r in results), results
         assert "correlation id" in str(results[0])
@@ -109,16 +116,16 @@ async def test_timeout_closes_the_connection_and_fails_waiters() -> None:
     async with Server("silent-metadata") as server:
         conn = await Connection("127.0.0.1", server.port, request_timeout_ms=200).connect()
         with pytest.raises(RequestTimedOut):
-            await conn.request(APIS[3], 9, MetadataRequest())
+            await conn.request(APIS[ApiKey.METADATA], 9, MetadataRequest())
         with pytest.raises(ConnectionClosed):
-            await conn.request(APIS[3], 9, MetadataRequest())
+            await conn.request(APIS[ApiKey.METADATA], 9, MetadataRequest())
 
 
 async def test_oversize_answer_is_refused_before_reading_it() -> None:
     async with Server("oversize") as server:
         conn = await Connection("127.0.0.1", server.port, frame_bytes_max=1 << 20).connect()
         with pytest.raises(ConnectionClosed, match="FrameTooLarge"):
-            await conn.request(APIS[3], 9, MetadataRequest())
+            await conn.request(APIS[ApiKey.METADATA], 9, MetadataRequest())
 
 
 async def test_connect_never_swallows_a_cancellation(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,15 +15,22 @@ import random
 
 import pytest
 
-from client.connection import Connection, ConnectionClosed
-from protocol.apis.fetch import (FetchableTopicResponse, FetchPartition, FetchRequest,
-                                 FetchResponse, FetchTopic, PartitionData)
-from protocol.apis.metadata import MetadataRequest, MetadataResponse
-from protocol.frames import FrameBuffer, frame
-from protocol.headers import encode_response_header, peek_request_header
-from protocol.registry import APIS
+from epochlog.client.connection import Connection, ConnectionClosed
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.fetch import (
+    FetchableTopicResponse,
+    FetchPartition,
+    FetchRequest,
+    FetchResponse,
+    FetchTopic,
+    PartitionData,
+)
+from epochlog.protocol.apis.metadata import MetadataRequest, MetadataResponse
+from epochlog.protocol.frames import FrameBuffer, frame
+from epochlog.protocol.headers import encode_response_header, peek_request_header
+from epochlog.protocol.registry import APIS
 
-FETCH, METADATA = APIS[1], APIS[3]
+FETCH, METADATA = APIS[ApiKey.FETCH], APIS[ApiKey.METADATA]
 RECORDS_BYTES = 3 * 1024 * 1024 + 17
 
 
@@ -36,7 +43,7 @@ def answer_to(request: bytes) -> bytes:
     key, version, correlation_id = peek_request_header(request)
     api = APIS[key]
     header = encode_response_header(correlation_id, api.response_header_version(version))
-    if key == 1:
+    if key == ApiKey.FETCH:
         body = FetchResponse(session_id=correlation_id, responses=[FetchableTopicResponse(
             topic="t", partitions=[PartitionData(partition_index=0,
                                                  records=records_for(correlation_id))])])

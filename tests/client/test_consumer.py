@@ -11,7 +11,8 @@ What is checked, and why:
 - a broker restarted (SIGKILL) in the middle of consumption costs no record and repeats none;
 - prefetching stays within prefetch_max_bytes (plus the one answer in flight);
 - KIP-392: a consumer with client_rack reads from the follower in its rack, and from the leader
-  once that follower dies, losing nothing.
+  once that follower dies, losing nothing;
+- poll_batches() hands out whole checked batches, decompressed, each record once.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ import asyncio
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import confluent_kafka
 import pytest
 
-from client import Consumer, LogTruncationError, TopicPartition
-from client.consumer import NoOffsetForPartitionError
-from client.errors import OffsetOutOfRangeError
-from client.types import ConsumerRecord
+from epochlog.client import Consumer, LogTruncationError, TopicPartition
+from epochlog.client.consumer import NoOffsetForPartitionError
+from epochlog.client.errors import OffsetOutOfRangeError
+from epochlog.client.types import ConsumerRecord, FetchedBatch
+from epochlog.protocol.batch import BatchHeader
+from epochlog.protocol.records import _decode_records
 from tests.broker.cluster import WAIT_S, Cluster
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -254,3 +258,49 @@ async def test_reads_from_the_follower_in_its_rack_then_the_leader_when_it_dies(
             assert consumer.metrics()["read_replica"][tp] == leader
         assert [r.value for r in got] == [b"%d" % i for i in range(400)]
         assert [r.offset for r in got] == list(range(400))
+
+
+def unpack(batch: FetchedBatch) -> list[tuple[int, int, bytes | None, bytes | None, list[Any]]]:
+    """(offset, timestamp, key, value, headers) of the batch's records from first_offset on, by
+    the strict decoder of the records section."""
+    header = BatchHeader(batch.base_offset, 0, batch.leader_epoch, 2, 0,
+                         batch.timestamp_type << 3, batch.next_offset - 1 - batch.base_offset,
+                         batch.base_timestamp, batch.max_timestamp, -1, -1, -1,
+                         batch.record_count)
+    data = bytes(batch.records)
+    return [(r.offset, r.timestamp, r.key, r.value, r.headers)
+            for r in _decode_records(data, 0, len(data), header)
+            if r.offset >= batch.first_offset]
+
+
+@pytest.mark.parametrize("codec", ("none", "zstd"))
+async def test_poll_batches_hands_out_checked_whole_batches(cluster: Cluster, codec: str) -> None:
+    """poll_batches() (the bulk decoders' path, epochlog.pipeline's) gives every record once,
+    decompressed, with the batch's leader epoch, and moves the position as poll() does; a batch
+    poll() started is handed on from where poll() stopped."""
+    topic = f"raw-{codec}"
+    cluster.create_topic(topic, partitions=1, replication_factor=1)
+    sent = [(0, None if i % 5 == 0 else b"k%d" % i, b"v%d" % i, [("h", b"%d" % i)] if i % 3 else [])
+            for i in range(300)]
+    produce(cluster, topic, sent, codec)
+    tp = TopicPartition(topic, 0)
+    epoch = epochs(cluster, topic)[0]
+    async with Consumer(cluster.bootstrap, auto_offset_reset="earliest",
+                        max_partition_fetch_bytes=2048) as consumer:
+        consumer.assign([tp])
+        first = await consume(consumer, 7)  # poll() decodes the first batch, hands out 7
+        got = [(r.offset, r.key, r.value, r.headers) for r in first]
+        deadline = asyncio.get_running_loop().time() + WAIT_S
+        while len(got) < len(sent) and asyncio.get_running_loop().time() < deadline:
+            for batch in await consumer.poll_batches(timeout_ms=500, max_bytes=1000):
+                assert batch.topic_partition == tp and batch.leader_epoch == epoch
+                assert batch.first_offset == max(batch.base_offset, len(got))
+                got += [(o, k, v, h) for o, _, k, v, h in unpack(batch)]
+                assert consumer.next_offsets()[tp] == (batch.next_offset, epoch)
+        assert got == [(i, k, v, h) for i, (_, k, v, h) in enumerate(sent)]
+        assert consumer.metrics()["records_received"] == len(sent)
+        assert await consumer.poll_batches(timeout_ms=100) == []
+        consumer.seek(tp, 250)
+        again = await consumer.poll_batches(timeout_ms=5000)
+        assert again and again[0].first_offset == 250
+        assert unpack(again[0])[0][3] == b"v250"

@@ -1,6 +1,6 @@
 """The consumer embedded protocol codec: round trips in every version, byte equality with
-kafka-python's and aiokafka's own codecs (what real peers in a mixed group write and read), tolerance
-of newer versions, and ValueError naming the field on malformed bytes."""
+kafka-python's and aiokafka's own codecs (what real peers in a mixed group write and read),
+tolerance of newer versions, and ValueError naming the field on malformed bytes."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from kafka.protocol.consumer.metadata import (
     ConsumerProtocolSubscription,
 )
 
-from client.consumer_protocol import (
+from epochlog.client.consumer_protocol import (
     SUBSCRIPTION_VERSION,
     Assignment,
     Subscription,
@@ -27,7 +27,7 @@ from client.consumer_protocol import (
     encode_assignment,
     encode_subscription,
 )
-from client.types import TopicPartition
+from epochlog.client.types import TopicPartition
 
 names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 partition_numbers = st.integers(-(2**31), 2**31 - 1)
@@ -39,7 +39,11 @@ def grouped_partitions(draw: st.DrawFn) -> list[TopicPartition]:
     """Partitions listed topic by topic (distinct topics), the only shape the wire can carry
     without reordering."""
     topics = draw(st.lists(names, unique=True, max_size=4))
-    return [TopicPartition(t, p) for t in topics for p in draw(st.lists(partition_numbers, min_size=1, max_size=4))]
+    return [
+        TopicPartition(t, p)
+        for t in topics
+        for p in draw(st.lists(partition_numbers, min_size=1, max_size=4))
+    ]
 
 
 @st.composite
@@ -70,7 +74,9 @@ def test_subscription_round_trips_in_every_version(s: Subscription, version: int
 
 
 @given(grouped_partitions(), maybe_bytes, st.integers(0, 3))
-def test_assignment_round_trips(partitions: list[TopicPartition], user_data: bytes | None, version: int) -> None:
+def test_assignment_round_trips(
+    partitions: list[TopicPartition], user_data: bytes | None, version: int
+) -> None:
     a = Assignment(partitions, user_data)
     assert decode_assignment(encode_assignment(a, version)) == a
 
@@ -111,7 +117,9 @@ def test_assignment_bytes_equal_kafka_pythons_and_aiokafkas(
         by_topic.setdefault(topic, []).append(partition)
     tp = ConsumerProtocolAssignment.TopicPartition
     kp = ConsumerProtocolAssignment(
-        version=0, assigned_partitions=[tp(topic=t, partitions=ps) for t, ps in by_topic.items()], user_data=user_data
+        version=0,
+        assigned_partitions=[tp(topic=t, partitions=ps) for t, ps in by_topic.items()],
+        user_data=user_data,
     ).encode()
     aio = ConsumerProtocolMemberAssignment(0, list(by_topic.items()), user_data).encode()
     ours = encode_assignment(Assignment(partitions, user_data))
@@ -123,7 +131,8 @@ def test_assignment_bytes_equal_kafka_pythons_and_aiokafkas(
 
 @given(subscriptions())
 def test_aiokafka_reads_our_v3_subscription_prefix(s: Subscription) -> None:
-    """aiokafka only knows the v0 layout and reads it whatever the version; our v3 must not confuse it."""
+    """aiokafka only knows the v0 layout and reads it whatever the version; our v3 must not
+    confuse it."""
     theirs = ConsumerProtocolMemberMetadata.decode(encode_subscription(s))
     assert list(theirs.subscription) == s.topics
     assert theirs.user_data == s.user_data
@@ -141,7 +150,8 @@ def test_known_v3_bytes() -> None:
         b"\x00\x03"  # version
         b"\x00\x00\x00\x01\x00\x02t0"  # topics ["t0"]
         b"\xff\xff\xff\xff"  # user_data null
-        b"\x00\x00\x00\x01\x00\x02t0\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x03"  # owned t0 [0, 3]
+        # owned t0 [0, 3]
+        b"\x00\x00\x00\x01\x00\x02t0\x00\x00\x00\x02\x00\x00\x00\x00\x00\x00\x00\x03"
         b"\x00\x00\x00\x07"  # generation 7
         b"\x00\x02r1"  # rack "r1"
     )
@@ -156,7 +166,9 @@ def test_newer_versions_are_read_as_v3_and_trailing_bytes_ignored() -> None:
     v9 = struct.pack(">h", 9) + v3[2:] + b"\x00\x00\x00\x2a future field"
     assert decode_subscription(v9) == s
     a = encode_assignment(Assignment([TopicPartition("a", 1)]))
-    assert decode_assignment(struct.pack(">h", 7) + a[2:] + b"more") == Assignment([TopicPartition("a", 1)])
+    assert decode_assignment(struct.pack(">h", 7) + a[2:] + b"more") == Assignment(
+        [TopicPartition("a", 1)]
+    )
 
 
 def test_empty_assignment_bytes_mean_no_partitions() -> None:
@@ -177,7 +189,10 @@ def test_empty_assignment_bytes_mean_no_partitions() -> None:
         (b"\x00\x00\x00\x00\x00\x00\xff\xff\xff\xfe", "invalid user_data length"),
         (b"\x00\x01\x00\x00\x00\x00\xff\xff\xff\xff", "owned_partitions count"),
         (b"\x00\x02\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x00", "generation_id"),
-        (b"\x00\x03\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x01\x00\x03r", "rack_id"),
+        (
+            b"\x00\x03\x00\x00\x00\x00\xff\xff\xff\xff\x00\x00\x00\x00\x00\x00\x00\x01\x00\x03r",
+            "rack_id",
+        ),
     ],
 )
 def test_malformed_subscription_names_the_field(data: bytes, field: str) -> None:
@@ -188,8 +203,14 @@ def test_malformed_subscription_names_the_field(data: bytes, field: str) -> None
 @pytest.mark.parametrize(
     ("data", "field"),
     [
-        (b"\x00\x00\x00\x00\x00\x01\x00\x01a\x00\x00\x00\x02\x00\x00\x00\x00", "assigned_partitions partition"),
-        (b"\x00\x00\x00\x00\x00\x01\x00\x01a\xff\xff\xff\xff", "invalid assigned_partitions partitions"),
+        (
+            b"\x00\x00\x00\x00\x00\x01\x00\x01a\x00\x00\x00\x02\x00\x00\x00\x00",
+            "assigned_partitions partition",
+        ),
+        (
+            b"\x00\x00\x00\x00\x00\x01\x00\x01a\xff\xff\xff\xff",
+            "invalid assigned_partitions partitions",
+        ),
         (b"\x00\x00\x00\x00\x00\x00", "user_data"),
         (b"\x00", "version"),
     ],

@@ -14,10 +14,10 @@ from crc32c import crc32c
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from client.fast_records import decode_uniform
-from client.types import ConsumerRecord
-from protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_header
-from protocol.records import build_batch, decode_batch
+from epochlog.client.fast_records import decode_uniform
+from epochlog.client.types import ConsumerRecord
+from epochlog.protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_header
+from epochlog.protocol.records import build_batch, decode_batch
 
 BASE_TS = 1_700_000_000_000
 

@@ -7,10 +7,10 @@ the replica being read) and case 4 (above it: validate with the leader before an
 
 from __future__ import annotations
 
-from client import fetcher
-from client.fetcher import PartitionState, State
-from client.types import TopicPartition
-from protocol.error_codes import ErrorCode as E
+from epochlog.client import fetcher
+from epochlog.client.fetcher import PartitionState, State
+from epochlog.client.types import TopicPartition
+from epochlog.protocol.error_codes import ErrorCode as E
 
 TP = TopicPartition("t", 0)
 LEADER, FOLLOWER = 1, 2

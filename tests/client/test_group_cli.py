@@ -4,8 +4,8 @@ What is checked, and why:
 - SIGKILL: after its session timeout (not before) the survivors take the killed member's
   partitions and start each at its last committed offset: records after that commit are read
   twice, none is lost;
-- SIGTERM: the member commits and leaves, so the survivors rebalance at once (well before the
-  session timeout) and no record is read twice;
+- SIGTERM: the member commits and leaves (exit 130, as produce's interrupted end), so the
+  survivors rebalance at once (well before the session timeout) and no record is read twice;
 - SIGSTOP: the stopped member (no heartbeats) is expelled after the session timeout; on SIGCONT
   it finds itself out, reports its partitions lost and rejoins;
 - static membership: a member killed and restarted with the same --group-instance-id within the
@@ -33,11 +33,13 @@ from typing import Any
 
 import pytest
 
-from client import Producer
-from client.consumer_protocol import decode_assignment
-from protocol.apis.describe_groups import DescribeGroupsRequest
-from protocol.apis.find_coordinator import FindCoordinatorRequest
-from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from epochlog.client import Producer
+from epochlog.client.console import EXIT_INTERRUPTED
+from epochlog.client.consumer_protocol import decode_assignment
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_groups import DescribeGroupsRequest
+from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
+from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 from tests.broker.cluster import Cluster
 
 BROKER_ARGS = ("--set", "offsets_topic_num_partitions=3",
@@ -142,7 +144,7 @@ def coordinator(cluster: Cluster, group: str) -> Any:
     found: list[int] = []
 
     def ask() -> bool:
-        c = cluster.any_broker().call(10, FindCoordinatorRequest(
+        c = cluster.any_broker().call(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(
             key_type=0, coordinator_keys=[group])).coordinators[0]
         if c.error_code == 0:
             found.append(c.node_id)
@@ -154,7 +156,8 @@ def coordinator(cluster: Cluster, group: str) -> Any:
 
 def owners(cluster: Cluster, group: str) -> tuple[str, dict[str, set[int]]]:
     """The group's state and each member's partitions, by client id (DescribeGroups)."""
-    g = coordinator(cluster, group).call(15, DescribeGroupsRequest(groups=[group])).groups[0]
+    g = coordinator(cluster, group).call(ApiKey.DESCRIBE_GROUPS,
+                                         DescribeGroupsRequest(groups=[group])).groups[0]
     return g.group_state, {m.client_id: {tp.partition for tp in decode_assignment(
         m.member_assignment).partitions} for m in g.members}
 
@@ -167,8 +170,9 @@ def settled(cluster: Cluster, group: str, names: set[str], partitions: int) -> b
 
 
 def committed(cluster: Cluster, group: str, topic: str, partitions: int) -> dict[int, int]:
-    answer = coordinator(cluster, group).call(9, OffsetFetchRequest(group_id=group, topics=[
-        OffsetFetchRequestTopic(name=topic, partition_indexes=list(range(partitions)))]))
+    answer = coordinator(cluster, group).call(ApiKey.OFFSET_FETCH, OffsetFetchRequest(
+        group_id=group, topics=[OffsetFetchRequestTopic(
+            name=topic, partition_indexes=list(range(partitions)))]))
     return {p.partition_index: p.committed_offset for t in answer.topics for p in t.partitions}
 
 
@@ -189,8 +193,9 @@ class Feed:
             while not self._stop.is_set():
                 values = [f"{self.prefix}{len(self.sent) + i}".encode()
                           for i in range(self.per_round)]
-                await asyncio.gather(*(p.send(self.topic, value=v, partition=i % self.partitions)
-                                       for i, v in enumerate(values)))
+                await asyncio.gather(*(
+                    p.send_and_wait(self.topic, value=v, partition=i % self.partitions)
+                    for i, v in enumerate(values)))
                 self.sent += values
                 await asyncio.sleep(self.pause_s)
 
@@ -204,7 +209,7 @@ class Feed:
 def produce(cluster: Cluster, topic: str, partitions: int, values: list[bytes]) -> None:
     async def go() -> None:
         async with Producer(cluster.bootstrap, linger_ms=1) as p:
-            await asyncio.gather(*(p.send(topic, value=v, partition=i % partitions)
+            await asyncio.gather(*(p.send_and_wait(topic, value=v, partition=i % partitions)
                                    for i, v in enumerate(values)))
     asyncio.run(go())
 
@@ -253,7 +258,7 @@ def test_a_killed_member_is_replaced_from_its_last_commit(cluster: Cluster) -> N
         assert all(p in by["c"] and o >= last[p] for p, o in twice), sorted(twice)[:10]
         for m in members[:2]:
             m.proc.send_signal(signal.SIGTERM)
-            assert m.wait() == 0, m.stderr()
+            assert m.wait() == EXIT_INTERRUPTED, m.stderr()
     finally:
         feed.stop()
         for m in members:
@@ -263,23 +268,23 @@ def test_a_killed_member_is_replaced_from_its_last_commit(cluster: Cluster) -> N
 def test_sigterm_leaves_at_once_without_duplicates(cluster: Cluster) -> None:
     topic, group, n = "cli-term", "g-cli-term", 4
     cluster.create_topic(topic, partitions=n)
-    members = [Member(cluster, name, topic, group, session_ms=20_000) for name in ("a", "b")]
+    # A session far longer than WAIT_S: the survivor can only take everything within WAIT_S
+    # because the stopped member left (LeaveGroup), not because its session expired
+    members = [Member(cluster, name, topic, group, session_ms=120_000) for name in ("a", "b")]
     feed = Feed(cluster, topic, n)
     try:
         until("two members share the partitions", lambda: settled(cluster, group, {"a", "b"}, n))
         time.sleep(0.7)
         members[1].proc.send_signal(signal.SIGTERM)
-        stopped_at = time.monotonic()
-        until("the survivor takes every partition",
-              lambda: settled(cluster, group, {"a"}, n), timeout_s=10)
-        assert time.monotonic() - stopped_at < 5, "no faster than a 20 s session timeout"
-        assert members[1].wait() == 0, members[1].stderr()
+        until("the survivor takes every partition (b left)",
+              lambda: settled(cluster, group, {"a"}, n))
+        assert members[1].wait() == EXIT_INTERRUPTED, members[1].stderr()
         sent = feed.stop()
         until("every record read", all_read(members, sent))
         read = [pair for m in members for pair in m.read()]
         assert len(read) == len(set(read)) == len(sent), (len(read), len(set(read)), len(sent))
         members[0].proc.send_signal(signal.SIGINT)
-        assert members[0].wait() == 0, members[0].stderr()
+        assert members[0].wait() == EXIT_INTERRUPTED, members[0].stderr()
     finally:
         feed.stop()
         for m in members:
@@ -309,7 +314,7 @@ def test_a_stopped_member_is_expelled_and_rejoins(cluster: Cluster) -> None:
         until("every record read", all_read(members, sent))
         for m in members:
             m.proc.send_signal(signal.SIGTERM)
-            assert m.wait() == 0, m.stderr()
+            assert m.wait() == EXIT_INTERRUPTED, m.stderr()
     finally:
         feed.stop()
         for m in members:
@@ -319,8 +324,8 @@ def test_a_stopped_member_is_expelled_and_rejoins(cluster: Cluster) -> None:
 def test_static_member_restart_and_fencing(cluster: Cluster) -> None:
     topic, group, n = "cli-static", "g-cli-static", 4
     cluster.create_topic(topic, partitions=n)
-    a = Member(cluster, "a", topic, group, "--group-instance-id", "static-a", session_ms=10_000)
-    b = Member(cluster, "b", topic, group, "--group-instance-id", "static-b", session_ms=10_000)
+    a = Member(cluster, "a", topic, group, "--group-instance-id", "static-a", session_ms=30_000)
+    b = Member(cluster, "b", topic, group, "--group-instance-id", "static-b", session_ms=30_000)
     started = [a, b]
     feed = Feed(cluster, topic, n, per_round=4, pause_s=0.1)
     try:
@@ -333,14 +338,13 @@ def test_static_member_restart_and_fencing(cluster: Cluster) -> None:
         time.sleep(0.5)
         a.proc.send_signal(signal.SIGKILL)
         a.proc.wait()
-        killed_at = time.monotonic()
         last = committed(cluster, group, topic, n)
         again = Member(cluster, "a", topic, group, "--group-instance-id", "static-a",
-                       session_ms=10_000)
+                       session_ms=30_000)
         started.append(again)
         until("the restarted member is given its partitions",
               lambda: bool(again.generations()))
-        assert time.monotonic() - killed_at < 8  # within the session: no expiry in between
+        # the same generation: it came back within its session, with no expiry in between
         assert again.generations() == [generation], again.stderr()
         assert owners(cluster, group) == ("Stable", before)
         until("the restarted member reads all its partitions", lambda: all(
@@ -352,7 +356,7 @@ def test_static_member_restart_and_fencing(cluster: Cluster) -> None:
 
         # The same instance id twice at once: one of the two is fenced and exits 1.
         twin = Member(cluster, "twin", topic, group, "--group-instance-id", "static-a",
-                      session_ms=10_000)
+                      session_ms=30_000)
         started.append(twin)
         until("one of them exits", lambda: again.proc.poll() is not None
               or twin.proc.poll() is not None)
@@ -378,8 +382,10 @@ def test_consume_group_as_a_user_types_it(cluster: Cluster) -> None:
                                  cluster.bootstrap, *extra], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
 
-    both = [run("--timeout-ms", "4000", "--consumer-property", f"client_id=user-{i}")
-            for i in (1, 2)]
+    # A member that joined alone learns of the second one at its next heartbeat: 0.5 s, so
+    # the group settles well inside the members' 4 s idle timeout whichever joins first.
+    both = [run("--timeout-ms", "4000", "--consumer-property", f"client_id=user-{i}",
+                "--consumer-property", "heartbeat_interval_ms=500") for i in (1, 2)]
     until("both processes in the group",
           lambda: settled(cluster, group, {"user-1", "user-2"}, n), timeout_s=3.5)
     first = [b"first %d" % i for i in range(200)]

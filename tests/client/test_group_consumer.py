@@ -42,10 +42,22 @@ from typing import Any
 
 import pytest
 
-from client import CommitFailedError, Consumer, KafkaError, Producer, RebalanceListener
-from client.types import ConsumerRecord, TopicPartition
-from protocol.apis.find_coordinator import FindCoordinatorRequest
-from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from epochlog.client import (
+    CommitFailedError,
+    Consumer,
+    KafkaError,
+    Producer,
+    RebalanceListener,
+)
+from epochlog.client.group_member import Phase
+from epochlog.client.types import ConsumerRecord, TopicPartition
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
+from epochlog.protocol.apis.offset_fetch import (
+    OffsetFetchRequest,
+    OffsetFetchRequestTopic,
+)
+from epochlog.protocol.error_codes import ErrorCode
 from tests.broker.cluster import Cluster, call
 
 BROKER_ARGS = ("--set", "offsets_topic_num_partitions=3",
@@ -72,7 +84,7 @@ async def produce(cluster: Cluster, topic: str, partitions: int, count: int,
     """count records spread over the partitions, values b"<n>" from start; acknowledged."""
     values = [b"%d" % n for n in range(start, start + count)]
     async with Producer(cluster.bootstrap, linger_ms=1) as p:
-        await asyncio.gather(*(p.send(topic, value=v, partition=i % partitions)
+        await asyncio.gather(*(p.send_and_wait(topic, value=v, partition=i % partitions)
                                for i, v in enumerate(values)))
     return values
 
@@ -218,7 +230,7 @@ def stable(members: list[Member], partitions: set[TopicPartition]) -> bool:
     generations = {m.generation() for m in members}
     return (sum(len(o) for o in owned) == len(partitions) and set().union(*owned) == partitions
             and len(generations) == 1 and generations != {-1}
-            and all(m.consumer.assignment() == o for m, o in zip(members, owned)))
+            and all(m.consumer.assignment() == o for m, o in zip(members, owned, strict=True)))
 
 
 class Overlaps:
@@ -351,7 +363,7 @@ async def test_close_during_a_sync_still_commits(cluster: Cluster) -> None:
         request = group_member._request
 
         async def held(key: int, message: Any, timeout_ms: int | None = None) -> Any:
-            if key == 14:  # SyncGroup
+            if key == ApiKey.SYNC_GROUP:  # SyncGroup
                 syncing.set()
                 await asyncio.sleep(0.5)
             return await request(key, message, timeout_ms)
@@ -501,7 +513,8 @@ async def test_a_round_completed_while_not_polling_is_not_taken_after_leaving(
         request = group_a._request
 
         async def held(key: int, message: Any, timeout_ms: int | None = None) -> Any:
-            if key == 14:  # SyncGroup, held back so that a's poll() returns before it is done
+            # SyncGroup, held back so that a's poll() returns before it is done
+            if key == ApiKey.SYNC_GROUP:
                 syncing.set()
                 await asyncio.sleep(0.3)
             return await request(key, message, timeout_ms)
@@ -510,8 +523,7 @@ async def test_a_round_completed_while_not_polling_is_not_taken_after_leaving(
         c = await Member("c", cluster, group, ledger, [topic], **settings).start()
         await asyncio.wait_for(syncing.wait(), WAIT_S)
         a.polling.clear()  # a stops polling with the round under way
-        await until("a's round completes", lambda: group_a._join is not None and
-                    group_a._join.done())
+        await until("a's round completes", lambda: group_a.machine.phase is Phase.STABLE)
         events = len(ledger.of("a"))
         await until("a leaves (max_poll_interval_ms)", lambda: a.generation() == -1)
         await until("b and c take everything", lambda: stable([b, c], partitions))
@@ -530,18 +542,19 @@ async def test_unsubscribe_gives_up_at_once_and_subscribe_rejoins(cluster: Clust
     cluster.create_topic(topic, partitions=4)
     partitions = {TopicPartition(topic, p) for p in range(4)}
     ledger = Ledger()
-    a = await Member("a", cluster, group, ledger, [topic], session_timeout_ms=20_000).start()
-    b = await Member("b", cluster, group, ledger, [topic], session_timeout_ms=20_000).start()
+    # A session far longer than WAIT_S: b can only take everything within WAIT_S because a
+    # left (LeaveGroup), not because its session expired.
+    long_session = {"session_timeout_ms": 120_000, "max_poll_interval_ms": 120_000}
+    a = await Member("a", cluster, group, ledger, [topic], **long_session).start()
+    b = await Member("b", cluster, group, ledger, [topic], **long_session).start()
     try:
         await until("two members", lambda: stable([a, b], partitions))
         a_owned = a.owned()
         await a.stop_polling()
-        left_at = time.monotonic()
         await a.consumer.unsubscribe()
         assert ledger.of("a")[-1] == ("revoked", frozenset(a_owned))
         assert a.consumer.assignment() == set() and a.consumer.subscription() == set()
-        await until("b takes every partition", lambda: b.owned() == partitions)
-        assert time.monotonic() - left_at < 10, "LeaveGroup, not the 20 s session timeout"
+        await until("b takes every partition (a left)", lambda: b.owned() == partitions)
         assert await a.consumer.poll(timeout_ms=100) == []
         a.consumer.subscribe([topic])
         a.polling.set()
@@ -589,10 +602,10 @@ async def test_static_member_restart_keeps_its_partitions_without_a_rebalance(
                         again._task.done() or twin._task is not None and twin._task.done())
             fenced = again if again._task is not None and again._task.done() else twin
             exc = fenced._task.exception() if fenced._task is not None else None
-            assert isinstance(exc, KafkaError) and exc.code == 82, exc  # FENCED_INSTANCE_ID
+            assert isinstance(exc, KafkaError) and exc.code == ErrorCode.FENCED_INSTANCE_ID, exc
             with pytest.raises(KafkaError) as raised:
                 await fenced.consumer.poll(timeout_ms=10)
-            assert raised.value.code == 82
+            assert raised.value.code == ErrorCode.FENCED_INSTANCE_ID
         finally:
             try:
                 await twin.close()
@@ -629,8 +642,10 @@ async def test_commits_carry_leader_epochs_and_fail_after_the_group_moved_on(
             tp0: (7, 3), tp1: (4, -1), TopicPartition(topic, 9): None}
         node = call("127.0.0.1", cluster.any_broker().port, 10, FindCoordinatorRequest(
             key_type=0, coordinator_keys=[group])).coordinators[0].node_id
-        answer = cluster.brokers[node].call(9, OffsetFetchRequest(group_id=group, topics=[
-            OffsetFetchRequestTopic(name=topic, partition_indexes=[0, 1])]), version=7)
+        answer = cluster.brokers[node].call(ApiKey.OFFSET_FETCH, OffsetFetchRequest(
+            group_id=group, topics=[OffsetFetchRequestTopic(name=topic,
+                                                            partition_indexes=[0, 1])]),
+            version=7)
         assert {(p.partition_index, p.committed_offset, p.committed_leader_epoch)
                 for t in answer.topics for p in t.partitions} == {(0, 7, 3), (1, 4, -1)}
 
@@ -886,23 +901,24 @@ async def test_closing_during_a_parked_join_leaves_at_once(cluster: Cluster) -> 
     connection up and leaves on a new one."""
     topic, group = "parked-join", "g-parked-join"
     cluster.create_topic(topic, partitions=2)
-    slow = {"session_timeout_ms": 20_000, "max_poll_interval_ms": 20_000}
+    # A rebalance that would park b's JoinGroup far longer than WAIT_S
+    slow = {"session_timeout_ms": 120_000, "max_poll_interval_ms": 120_000}
     a = await Member("a", cluster, group, Ledger(), [topic], **slow).start()
     b = Consumer(cluster.bootstrap, group_id=group, client_id="b", **{**FAST, **slow})
     try:
         await until("a alone", lambda: a.owned() == {TopicPartition(topic, 0),
                                                       TopicPartition(topic, 1)})
-        await a.stop_polling()  # a will not rejoin: the rebalance b starts waits for 20 s
+        await a.stop_polling()  # a will not rejoin: the rebalance b starts waits for 120 s
         await b.start()
         b.subscribe([topic])
         deadline = time.monotonic() + WAIT_S
-        while not b._group._joining:  # type: ignore[union-attr]
+        while not (b._group is not None and b._group.machine.phase is Phase.JOINING and
+                   b._group.machine.member_id):  # its second JoinGroup, which parks
             assert time.monotonic() < deadline, "b's JoinGroup never went out"
             await b.poll(timeout_ms=50)
         await asyncio.sleep(0.3)  # parked at the coordinator
-        started = time.monotonic()
-        await b.close()
-        assert time.monotonic() - started < 3, "close waited behind the parked JoinGroup"
+        # Behind the parked JoinGroup, close would wait the whole 120 s rebalance
+        await asyncio.wait_for(b.close(), WAIT_S)
     finally:
         await b.close()
         await a.close()

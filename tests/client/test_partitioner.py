@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from client.partitioner import murmur2, partition_for_key
+from epochlog.client.partitioner import murmur2, partition_for_key
 
 # Values from Kafka's own tests of Utils.murmur2.
 KNOWN = {b"21": -973932308, b"foobar": -790332482, b"a-little-bit-long-string": -985981536,

@@ -31,10 +31,9 @@ from typing import Any
 
 import pytest
 
-from client import BufferFullError, Producer
-from client.admin import Admin, NewTopic
-from client.errors import MessageTooLargeError
-from client import RecordTooLargeError
+from epochlog.client import BufferFullError, Producer, RecordTooLargeError
+from epochlog.client.admin import Admin, NewTopic
+from epochlog.client.errors import MessageTooLargeError
 from tests.broker.cluster import WAIT_S, Cluster, free_port
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -85,7 +84,7 @@ async def test_each_codec_reads_back_exactly(cluster: Cluster, codec: str | None
             for i in range(600)]
     async with Producer(cluster.bootstrap, compression_type=codec, batch_size=4096,
                         linger_ms=2) as producer:
-        futures = [await producer.enqueue(topic, value=v, key=k, headers=list(h),
+        futures = [await producer.send(topic, value=v, key=k, headers=list(h),
                                           timestamp_ms=ts) for k, v, h, ts in sent]
         await producer.flush()
         metas = [await f for f in futures]
@@ -93,7 +92,7 @@ async def test_each_codec_reads_back_exactly(cluster: Cluster, codec: str | None
     assert sorted((k, v, h, ts) for _, _, k, v, h, ts in rows) == sorted(sent)
     where = {(m.partition, m.offset) for m in metas}
     assert where == {(p, o) for p, o, *_ in rows}, "metadata names where records really are"
-    assert all(m.timestamp == ts for m, (_, _, _, ts) in zip(metas, sent))
+    assert all(m.timestamp == ts for m, (_, _, _, ts) in zip(metas, sent, strict=True))
 
 
 async def test_keyed_records_land_where_java_puts_them(cluster: Cluster) -> None:
@@ -108,7 +107,7 @@ async def test_keyed_records_land_where_java_puts_them(cluster: Cluster) -> None
                          on_delivery=lambda err, m: theirs.__setitem__(m.key(), m.partition()))
     assert producer.flush(WAIT_S) == 0
     async with Producer(cluster.bootstrap) as ours:
-        futures = {key: await ours.enqueue(topic, value=b"e", key=key) for key in keys}
+        futures = {key: await ours.send(topic, value=b"e", key=key) for key in keys}
         await ours.flush()
         placed = {key: (await f).partition for key, f in futures.items()}
     assert placed == theirs
@@ -122,7 +121,7 @@ async def test_acks_deliver_every_record_once(cluster: Cluster, acks: Any) -> No
     count = 3000
     async with Producer(cluster.bootstrap, acks=acks) as producer:
         assert producer.idempotent == (acks == "all")
-        futures = [await producer.enqueue(topic, value=b"%d" % i) for i in range(count)]
+        futures = [await producer.send(topic, value=b"%d" % i) for i in range(count)]
         await producer.flush()
         metas = [await f for f in futures]
     if acks == 0:
@@ -148,8 +147,8 @@ async def test_back_pressure_bounds_the_buffer(cluster: Cluster) -> None:
                 assert producer.metrics()["buffer_bytes_used"] <= memory
         assert 0 < len(taken) * len(value) <= memory
         peak = 0
-        for i in range(2000):  # enqueue waits for room instead, and the bound holds
-            taken.append(await producer.enqueue(topic, value=value))
+        for _ in range(2000):  # send waits for room instead, and the bound holds
+            taken.append(await producer.send(topic, value=value))
             peak = max(peak, producer.metrics()["buffer_bytes_used"])
         assert peak <= memory
         await producer.flush()
@@ -170,7 +169,7 @@ async def test_idempotent_retries_across_a_broker_kill_write_each_record_once(
 
             async def produce() -> None:
                 for i in range(count):
-                    futures.append(await producer.enqueue(topic, value=b"%08d" % i))
+                    futures.append(await producer.send(topic, value=b"%08d" % i))
                     if i % 100 == 99:
                         await asyncio.sleep(0.02)  # ~4 s of sending: the kill lands mid-stream
 
@@ -195,13 +194,13 @@ async def test_stale_leader_epoch_is_fenced_then_retried(tmp_path: Path) -> None
         await create(cluster.bootstrap, topic)
         async with Producer(cluster.bootstrap, acks="all", linger_ms=0,
                             retry_backoff_ms=50) as producer:
-            first = await producer.send(topic, value=b"before")
+            first = await producer.send_and_wait(topic, value=b"before")
             old_epoch = cluster.leaders(topic)[0][1]
             assert first.leader_epoch == old_epoch
             await asyncio.to_thread(cluster.restart_broker, 1)  # returns with a new epoch
             new_epoch = cluster.wait_leaders(topic, 1)[0][1]
             assert new_epoch > old_epoch
-            second = await producer.send(topic, value=b"after")
+            second = await producer.send_and_wait(topic, value=b"after")
             assert producer.fenced_epoch_errors >= 1, "the stale epoch should have been fenced"
             assert second.leader_epoch == new_epoch
             assert (first.offset, second.offset) == (0, 1)
@@ -219,7 +218,7 @@ def test_kcat_reads_back_exactly(cluster: Cluster) -> None:
         await create(cluster.bootstrap, topic, partitions=3)
         async with Producer(cluster.bootstrap, compression_type="lz4") as producer:
             for k, v, h in sent:
-                await producer.enqueue(topic, value=v, key=k, headers=list(h))
+                await producer.send(topic, value=v, key=k, headers=list(h))
             await producer.flush()
 
     asyncio.run(produce())
@@ -245,11 +244,11 @@ async def test_a_record_too_large_to_ever_send_is_refused_at_send(cluster: Clust
         with pytest.raises(RecordTooLargeError, match="max_request_size"):
             await producer.send(topic, value=b"x" * 10_000)
         with pytest.raises(RecordTooLargeError):
-            await producer.enqueue(topic, value=b"x" * 10_000)
+            await producer.send_and_wait(topic, value=b"x" * 10_000)
         with pytest.raises(RecordTooLargeError):
             producer.send_nowait(topic, value=b"x" * 10_000)
         assert producer.metrics()["buffer_bytes_used"] == 0, "a refused record holds no memory"
-        fits = await producer.send(topic, value=b"y" * 9_000)  # one batch of one record
+        fits = await producer.send_and_wait(topic, value=b"y" * 9_000)  # one batch of one record
         assert fits.offset == 0
     async with Producer(cluster.bootstrap, buffer_memory=8192, batch_size=4096) as producer:
         with pytest.raises(RecordTooLargeError, match="buffer_memory"):
@@ -283,7 +282,7 @@ async def test_one_request_carries_at_most_max_request_size(tmp_path: Path) -> N
         async with Producer(cluster.bootstrap, max_request_size=cap, batch_size=4096,
                             linger_ms=60_000, delivery_timeout_ms=30_000,
                             request_timeout_ms=10_000) as producer:
-            futures = [await producer.enqueue(topic, value=v, partition=p) for p, v in sent]
+            futures = [await producer.send(topic, value=v, partition=p) for p, v in sent]
             await producer.flush()
             metas = [await f for f in futures]
             m = producer.metrics()
@@ -308,7 +307,7 @@ async def test_batches_too_large_for_the_broker_are_split_in_order_once(tmp_path
         values = [b"%08d" % i + b"." * 92 for i in range(count)]
         async with Producer(cluster.bootstrap, acks="all", enable_idempotence=True,
                             batch_size=64 * 1024, linger_ms=100) as producer:
-            futures = [await producer.enqueue(topic, value=v) for v in values]
+            futures = [await producer.send(topic, value=v) for v in values]
             await producer.flush()
             metas = [await f for f in futures]
             m = producer.metrics()

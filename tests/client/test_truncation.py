@@ -23,12 +23,13 @@ from pathlib import Path
 
 import pytest
 
-from broker.storage.config import LogConfig
-from broker.storage.log import Log
-from client import Consumer, LogTruncationError, TopicPartition
-from client.types import ConsumerRecord
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from protocol.records import build_batch
+from epochlog.broker.storage.config import LogConfig
+from epochlog.broker.storage.log import Log
+from epochlog.client import Consumer, LogTruncationError, TopicPartition
+from epochlog.client.types import ConsumerRecord
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from epochlog.protocol.records import build_batch
 from tests.broker.cluster import WAIT_S, BrokerChild, Cluster
 
 SESSION_MS = 3000
@@ -39,7 +40,7 @@ MODES = ("none", "earliest", "latest")
 
 def write(broker: BrokerChild, topic: str, values: list[bytes], acks: int = -1) -> None:
     """One batch to the partition's leader, which must take it."""
-    answer = broker.call(0, ProduceRequest(acks=acks, timeout_ms=10_000, topic_data=[
+    answer = broker.call(ApiKey.PRODUCE, ProduceRequest(acks=acks, timeout_ms=10_000, topic_data=[
         TopicProduceData(name=topic, partition_data=[PartitionProduceData(
             index=0, records=build_batch([(None, v, None, None) for v in values]))])]))
     code = answer.responses[0].partition_responses[0].error_code

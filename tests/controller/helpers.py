@@ -20,14 +20,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from client.connection import Connection
-from protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
-from protocol.apis.broker_registration import (BrokerRegistrationListener,
-                                               BrokerRegistrationRequest)
-from protocol.error_codes import ErrorCode
-from protocol.frames import FrameBuffer, frame
-from protocol.headers import decode_request_header, encode_response_header, peek_request_header
-from protocol.registry import APIS
+from epochlog.client.connection import Connection
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
+from epochlog.protocol.apis.broker_registration import (
+    BrokerRegistrationListener,
+    BrokerRegistrationRequest,
+)
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.frames import FrameBuffer, frame
+from epochlog.protocol.headers import (
+    decode_request_header,
+    encode_response_header,
+    peek_request_header,
+)
+from epochlog.protocol.registry import APIS
 
 WAIT_S = 10.0
 CONTROL_KEYS = (4, 5, 6)
@@ -77,7 +84,7 @@ class FakeBroker:
         self.incarnation_id = uuid.uuid4()
 
     async def register(self, conn: Connection) -> int:
-        api = APIS[62]
+        api = APIS[ApiKey.BROKER_REGISTRATION]
         answer = await conn.request(api, 0, BrokerRegistrationRequest(
             broker_id=self.broker_id, cluster_id="epochlog", incarnation_id=self.incarnation_id,
             rack=self.rack, listeners=[BrokerRegistrationListener(
@@ -87,7 +94,7 @@ class FakeBroker:
         return answer.broker_epoch
 
     async def heartbeat(self, conn: Connection, want_shut_down: bool = False) -> Any:
-        return await conn.request(APIS[63], 0, BrokerHeartbeatRequest(
+        return await conn.request(APIS[ApiKey.BROKER_HEARTBEAT], 0, BrokerHeartbeatRequest(
             broker_id=self.broker_id, broker_epoch=self.broker_epoch,
             want_shut_down=want_shut_down))
 
@@ -153,6 +160,7 @@ class ControllerProcess:
         self.args = args
         self.proc: asyncio.subprocess.Process | None = None
         self.lines: list[str] = []
+        self._new_line = asyncio.Event()
         self.epoch = -1
         self._drain: asyncio.Task[None] | None = None
 
@@ -172,6 +180,7 @@ class ControllerProcess:
         async for raw in self.proc.stderr:
             line = raw.decode(errors="replace").rstrip()
             self.lines.append(line)
+            self._new_line.set()
             found = _LISTENING.search(line)
             if found and not listening.done():
                 listening.set_result(int(found.group(3)))
@@ -192,3 +201,18 @@ class ControllerProcess:
 
     def log_has(self, text: str) -> bool:
         return any(text in line for line in self.lines)
+
+    async def wait_log(self, text: str, timeout_s: float = WAIT_S) -> str:
+        """The first line with text, once read (the controller logs before it answers, but its
+        stderr reaches us on its own schedule); AssertionError after timeout_s."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    found = next((line for line in self.lines if text in line), None)
+                    if found is not None:
+                        return found
+                    self._new_line.clear()
+                    await self._new_line.wait()
+        except TimeoutError:
+            raise AssertionError(f"controller: no line with {text!r} within {timeout_s} s; "
+                                 "log:\n" + "\n".join(self.lines[-30:])) from None

@@ -10,10 +10,8 @@ connection) restores a full session; otherwise it is failed as a connection loss
 
 from __future__ import annotations
 
-import asyncio
-
-from controller.model import DEAD
-from controller.state import ControllerState
+from epochlog.controller.model import DEAD
+from epochlog.controller.state import ControllerState
 from tests.controller.helpers import ControllerProcess, FakeBroker
 from tests.controller.test_state import SESSION_MS, cluster, create, part, register
 
@@ -95,10 +93,10 @@ async def test_closing_the_heartbeat_connection_fails_the_generation_unless_it_c
         conn_back = await ctl.connect()
         assert (await back.heartbeat(conn_back)).error_code == 0  # within the grace
         await conn_gone.close()
-        line = await _wait_log(ctl, f"broker 1 generation {gone.broker_epoch}: connection lost")
+        line = await ctl.wait_log(f"broker 1 generation {gone.broker_epoch}: connection lost")
         assert "no heartbeat on a new connection within 1000 ms" in line
-        assert ctl.log_has(f"broker 1 generation {gone.broker_epoch} is dead: connection lost")
-        assert ctl.log_has(f"broker 2 generation {back.broker_epoch} heartbeats again")
+        await ctl.wait_log(f"broker 1 generation {gone.broker_epoch} is dead: connection lost")
+        await ctl.wait_log(f"broker 2 generation {back.broker_epoch} heartbeats again")
         assert (await back.heartbeat(conn_back)).error_code == 0
         assert not ctl.log_has(f"broker 2 generation {back.broker_epoch} is dead")
     finally:
@@ -107,14 +105,3 @@ async def test_closing_the_heartbeat_connection_fails_the_generation_unless_it_c
         await back.close()
         assert await ctl.stop() == 0
 
-
-async def _wait_log(ctl: ControllerProcess, text: str, timeout_s: float = 20.0) -> str:
-    """The first controller log line containing text (bounded; the log is read by a task)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    while True:
-        found = next((line for line in ctl.lines if text in line), None)
-        if found is not None:
-            return found
-        assert loop.time() < deadline, f"no log line with {text!r}:\n" + "\n".join(ctl.lines)
-        await asyncio.sleep(0.05)  # the log reader appends lines; nothing else to await

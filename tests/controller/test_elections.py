@@ -9,10 +9,10 @@ import uuid
 
 import pytest
 
-from controller.model import NO_LEADER
-from controller.records import Listener
-from controller.state import ELECTION_PREFERRED, ELECTION_UNCLEAN, ControllerState
-from protocol.error_codes import ErrorCode as E
+from epochlog.controller.model import NO_LEADER
+from epochlog.controller.records import Listener
+from epochlog.controller.state import ELECTION_PREFERRED, ELECTION_UNCLEAN, ControllerState
+from epochlog.protocol.error_codes import ErrorCode as E
 from tests.controller.test_state import SESSION_MS, cluster, create, part, register
 
 INTERVAL_MS = 1000

@@ -8,9 +8,9 @@ import uuid
 
 import pytest
 
-from controller.config import ControllerConfig
-from controller.metalog import FILE_NAME, MetadataLog
-from controller.records import BrokerRegistered, ControllerStarted, Listener, TopicCreated
+from epochlog.controller.config import ControllerConfig
+from epochlog.controller.metalog import FILE_NAME, MetadataLog
+from epochlog.controller.records import BrokerRegistered, ControllerStarted, Listener, TopicCreated
 from epochlog.settings import SettingsError, load_settings
 
 RECORDS = [ControllerStarted(1),

@@ -16,13 +16,18 @@ import urllib.request
 
 import pytest
 
-from protocol.apis.controlled_shutdown import ControlledShutdownRequest
-from protocol.apis.create_topics import (CreatableReplicaAssignment, CreatableTopic,
-                                         CreatableTopicConfig, CreateTopicsRequest)
-from protocol.apis.describe_configs import DescribeConfigsRequest, DescribeConfigsResource
-from protocol.apis.metadata import MetadataRequest
-from protocol.error_codes import ErrorCode as E
-from protocol.registry import APIS
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.controlled_shutdown import ControlledShutdownRequest
+from epochlog.protocol.apis.create_topics import (
+    CreatableReplicaAssignment,
+    CreatableTopic,
+    CreatableTopicConfig,
+    CreateTopicsRequest,
+)
+from epochlog.protocol.apis.describe_configs import DescribeConfigsRequest, DescribeConfigsResource
+from epochlog.protocol.apis.metadata import MetadataRequest
+from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.protocol.registry import APIS
 
 from .helpers import WAIT_S, ControllerProcess, FakeBroker, free_port
 
@@ -38,16 +43,17 @@ async def brokers(n: int) -> list[FakeBroker]:
 
 async def create_topic(conn, name: str, partitions: int = 1, rf: int = -1,
                        assignment: list[list[int]] | None = None, **configs: str):
-    answer = await conn.request(APIS[19], 7, CreateTopicsRequest(topics=[CreatableTopic(
-        name=name, num_partitions=partitions, replication_factor=rf,
-        assignments=[CreatableReplicaAssignment(partition_index=i, broker_ids=r)
-                     for i, r in enumerate(assignment or [])],
-        configs=[CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])]))
+    answer = await conn.request(APIS[ApiKey.CREATE_TOPICS], 7, CreateTopicsRequest(
+        topics=[CreatableTopic(
+            name=name, num_partitions=partitions, replication_factor=rf,
+            assignments=[CreatableReplicaAssignment(partition_index=i, broker_ids=r)
+                         for i, r in enumerate(assignment or [])],
+            configs=[CreatableTopicConfig(name=k, value=v) for k, v in configs.items()])]))
     return answer.topics[0]
 
 
 async def metadata(conn):
-    return await conn.request(APIS[3], 12, MetadataRequest(topics=None))
+    return await conn.request(APIS[ApiKey.METADATA], 12, MetadataRequest(topics=None))
 
 
 def _scrape(port: int) -> str:
@@ -56,7 +62,7 @@ def _scrape(port: int) -> str:
 
 
 def lai_for(topic: str, epoch: int):
-    return lambda r: (r.api_key == 4 and r.message.broker_epoch == epoch
+    return lambda r: (r.api_key == ApiKey.LEADER_AND_ISR and r.message.broker_epoch == epoch
                       and any(t.topic_name == topic for t in r.message.topic_states))
 
 
@@ -67,12 +73,13 @@ async def test_generations_rise_and_control_requests_carry_both_epochs(tmp_path)
     fakes = await brokers(3)
     conn = await ctl.connect()
     try:
-        assert set(conn.server_versions) == {3, 7, 18, 19, 20, 32, 37, 43, 56, 62, 63}
+        assert set(conn.server_versions) == {3, 7, 18, 19, 20, 32, 33, 37, 43, 44, 56, 62, 63,
+                                             75}
         epochs = [await b.register(conn) for b in fakes]
         assert epochs == sorted(set(epochs)), "each registration gets a higher generation"
         for b in fakes:  # start-up: UpdateMetadata then LeaderAndIsr, for this generation
-            await b.wait_for(lambda r, b=b: r.api_key == 4 and r.message.broker_epoch ==
-                             b.broker_epoch)
+            await b.wait_for(lambda r, b=b: r.api_key == ApiKey.LEADER_AND_ISR
+                             and r.message.broker_epoch == b.broker_epoch)
         created = await create_topic(conn, "orders", 3, -1, **{"retention.ms": "60000"})
         assert created.error_code == 0 and created.replication_factor == 3
         for b in fakes:
@@ -87,12 +94,12 @@ async def test_generations_rise_and_control_requests_carry_both_epochs(tmp_path)
         assert sorted(b.rack for b in meta.brokers) == ["a", "b", "c"]
         for p in topic.partitions:  # replicas on three racks, leader first
             assert sorted(p.replica_nodes) == [1, 2, 3] and p.leader_id == p.replica_nodes[0]
-        described = await conn.request(APIS[32], 4, DescribeConfigsRequest(resources=[
-            DescribeConfigsResource(resource_type=2, resource_name="orders",
-                                    configuration_keys=None)]))
+        described = await conn.request(APIS[ApiKey.DESCRIBE_CONFIGS], 4, DescribeConfigsRequest(
+            resources=[DescribeConfigsResource(resource_type=2, resource_name="orders",
+                                               configuration_keys=None)]))
         values = {c.name: c.value for c in described.results[0].configs}
         assert values["retention.ms"] == "60000" and values["min.insync.replicas"] == "1"
-        assert ctl.log_has("broker 3 registered: generation")
+        await ctl.wait_log("broker 3 registered: generation")
         scraped = await asyncio.to_thread(_scrape, metrics_port)
         assert f"epochlog_controller_epoch {float(ctl.epoch)}" in scraped
         assert 'epochlog_controller_brokers{state="alive"} 3.0' in scraped
@@ -120,8 +127,8 @@ async def test_a_restarted_controller_has_a_higher_epoch_and_keeps_its_state(tmp
         # The live generations found in the log get the whole state, stamped with the new
         # controller epoch and their unchanged broker epoch.
         for b in fakes:
-            r = await b.wait_for(lambda r: r.api_key == 4 and r.message.controller_epoch ==
-                                 ctl.epoch)
+            r = await b.wait_for(lambda r: r.api_key == ApiKey.LEADER_AND_ISR
+                                 and r.message.controller_epoch == ctl.epoch)
             assert r.message.broker_epoch == b.broker_epoch and r.answer == 0
         meta = await metadata(conn)
         assert [t.name for t in meta.topics] == ["kept"]
@@ -146,7 +153,8 @@ async def test_a_request_for_an_old_generation_refused_as_stale_is_not_resent(tm
         new = await b1.register(conn)  # a new process registers while the old one is live
         assert new > old
         b1.hold.set()  # the held request is now answered STALE_BROKER_EPOCH
-        await b1.wait_for(lambda r: r.api_key == 4 and r.message.broker_epoch == new)
+        await b1.wait_for(lambda r: r.api_key == ApiKey.LEADER_AND_ISR
+                          and r.message.broker_epoch == new)
         assert held.answer == E.STALE_BROKER_EPOCH
         # More traffic for the new generation; the old request must not come back.
         assert (await create_topic(conn, "after", 1, 2)).error_code == 0
@@ -179,11 +187,11 @@ async def test_controlled_shutdown_from_an_old_generation_is_refused(tmp_path) -
         assert (await create_topic(conn, "t", 1, 2)).error_code == 0
         b1.bounce()
         new = await b1.register(conn)
-        api = APIS[7]
+        api = APIS[ApiKey.CONTROLLED_SHUTDOWN]
         stale = await conn.request(api, 3, ControlledShutdownRequest(broker_id=1,
                                                                      broker_epoch=old))
         assert stale.error_code == E.STALE_BROKER_EPOCH
-        assert ctl.log_has("fenced ControlledShutdown from broker 1 generation")
+        await ctl.wait_log("fenced ControlledShutdown from broker 1 generation")
         # From the current generation it moves leadership off broker 1 before answering.
         meta = await metadata(conn)
         leader_before = meta.topics[0].partitions[0].leader_id
@@ -193,7 +201,7 @@ async def test_controlled_shutdown_from_an_old_generation_is_refused(tmp_path) -
         p = (await metadata(conn)).topics[0].partitions[0]
         assert p.leader_id == 2 and 1 not in p.isr_nodes
         if leader_before == 1:
-            await b2.wait_for(lambda r: r.api_key == 4 and any(
+            await b2.wait_for(lambda r: r.api_key == ApiKey.LEADER_AND_ISR and any(
                 ps.leader == 2 for t in r.message.topic_states for ps in t.partition_states))
     finally:
         await conn.close()
@@ -219,11 +227,12 @@ async def test_an_expired_session_moves_leadership_with_a_higher_leader_epoch(tm
         created = await create_topic(conn, "t", -1, -1, [[1, 2]])
         assert created.error_code == 0
         # Broker 1 (the leader) never heartbeats: its session expires and 2 leads in a new epoch.
-        r = await b2.wait_for(lambda r: r.api_key == 4 and any(
+        r = await b2.wait_for(lambda r: r.api_key == ApiKey.LEADER_AND_ISR and any(
             ps.leader == 2 and ps.leader_epoch >= 1
             for t in r.message.topic_states for ps in t.partition_states), timeout_s=WAIT_S)
         assert r.message.broker_epoch == b2.broker_epoch
-        assert ctl.log_has("broker 1 generation") and ctl.log_has("session expired")
+        await ctl.wait_log("broker 1 generation")
+        await ctl.wait_log("session expired")
         beating = False
         await task
     finally:
@@ -257,7 +266,8 @@ async def test_garbage_and_oversize_frames_close_only_that_connection(tmp_path) 
             writer.close()
         meta = await metadata(good)  # the connection opened before is still served
         assert meta.controller_id == 3000
-        assert ctl.log_has("closing connection from") and ctl.log_has("over the limit")
+        await ctl.wait_log("closing connection from")
+        await ctl.wait_log("over the limit")
     finally:
         await good.close()
         assert await ctl.stop() == 0

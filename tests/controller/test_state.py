@@ -8,11 +8,12 @@ import uuid
 
 import pytest
 
-from controller import assignment
-from controller.model import DEAD, NO_LEADER, SHUTTING_DOWN
-from controller.records import Listener
-from controller.state import ControllerState
-from protocol.error_codes import ErrorCode as E
+from epochlog.controller import assignment
+from epochlog.controller.model import DEAD, NO_LEADER, SHUTTING_DOWN
+from epochlog.controller.records import Listener
+from epochlog.controller.state import ControllerState
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.error_codes import ErrorCode as E
 
 SESSION_MS = 9000
 
@@ -93,7 +94,7 @@ def test_session_expiry_kills_the_broker_and_reelects_from_the_isr() -> None:
     p = part(s)
     assert (p.leader, p.leader_epoch, p.isr, p.partition_epoch) == (2, 1, (2, 3), 1)
     sends = s.take_ready().sends
-    lai = [x for x in sends if x.api_key == 4]
+    lai = [x for x in sends if x.api_key == ApiKey.LEADER_AND_ISR]
     assert {x.broker_id for x in lai} == {2, 3}, "LeaderAndIsr goes to the live replicas"
     assert all(x.message.broker_epoch == epochs[x.broker_id] for x in sends)
     assert all(x.message.controller_epoch == s.controller_epoch for x in sends)
@@ -217,7 +218,7 @@ def test_controlled_shutdown_moves_leadership_and_refuses_a_stale_epoch() -> Non
     p0, p1 = part(s, "t", 0), part(s, "t", 1)
     assert (p0.leader, p0.leader_epoch, p0.isr) == (2, 1, (2, 3))
     assert p1.leader == 2 and 1 not in p1.isr
-    stops = [x for x in s.take_ready().sends if x.api_key == 5]
+    stops = [x for x in s.take_ready().sends if x.api_key == ApiKey.STOP_REPLICA]
     assert [x.broker_id for x in stops] == [1]
     # A partition whose only other replica is gone stays with the broker, and is reported.
     s2, e2 = cluster(2)
@@ -250,8 +251,8 @@ def test_delete_topic_stops_replicas_and_marks_it_deleted() -> None:
     s.take_ready()
     assert s.delete_topic("t") == 0 and "t" not in s.topics
     sends = s.take_ready().sends
-    assert {x.broker_id for x in sends if x.api_key == 5} == {1, 2}
-    um = [x.message for x in sends if x.api_key == 6]
+    assert {x.broker_id for x in sends if x.api_key == ApiKey.STOP_REPLICA} == {1, 2}
+    um = [x.message for x in sends if x.api_key == ApiKey.UPDATE_METADATA]
     assert len(um) == 3 and all(m.topic_states[0].partition_states[0].leader == -2 for m in um)
     assert s.delete_topic("t") == E.UNKNOWN_TOPIC_OR_PARTITION
 

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.error_codes import ErrorCode
 from tests.broker.cluster import WAIT_S, Cluster
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -185,8 +187,9 @@ def test_confluent_lists_all_topics(cluster: Cluster) -> None:
 
 
 def test_unknown_topic_without_auto_create_is_unknown(cluster: Cluster) -> None:
-    from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
+    from epochlog.protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
 
-    answer = cluster.any_broker().call(3, MetadataRequest(
+    answer = cluster.any_broker().call(ApiKey.METADATA, MetadataRequest(
         topics=[MetadataRequestTopic(name="never-made")], allow_auto_topic_creation=False))
-    assert answer.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION, not "being created"
+    # not "being created"
+    assert answer.topics[0].error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION

@@ -49,6 +49,13 @@ def produce(cluster: Cluster, topic: str, first: int, count: int) -> set[bytes]:
     return set(values)
 
 
+def rebalances(cluster: Cluster, group: str) -> int:
+    """How many rebalances of `group` the brokers' logs tell of so far."""
+    line = f"group {group}: preparing to rebalance"
+    return sum(path.read_text(errors="replace").count(line)
+               for path in (cluster.base_dir / "logs").glob("broker-*.log"))
+
+
 def until(what: str, done: Callable[[], bool], step: Callable[[], None]) -> None:
     deadline = time.monotonic() + WAIT_S * 2
     while not done():
@@ -213,6 +220,7 @@ def test_two_clients_share_one_group(cluster: Cluster, pair: tuple[str, str],
               lambda: (bool(a.assigned()) and bool(b.assigned())
                        and a.assigned() | b.assigned() == set(range(PARTITIONS))
                        and not a.assigned() & b.assigned()), both_polled)
+        settled = rebalances(cluster, group)
         sent = produce(cluster, topic, 0, BATCH)
         got: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
 
@@ -220,10 +228,17 @@ def test_two_clients_share_one_group(cluster: Cluster, pair: tuple[str, str],
             got["a"] += a.poll()
             got["b"] += b.poll()
 
-        until("the records to be read", lambda: len(got["a"]) + len(got["b"]) >= BATCH,
-              both_read)
-        values = [v for records in got.values() for _, v in records]
-        assert len(values) == len(set(values)) == BATCH and set(values) == sent
+        def values() -> list[bytes]:
+            return [v for records in got.values() for _, v in records]
+
+        until("the records to be read", lambda: len(set(values())) >= BATCH, both_read)
+        assert set(values()) == sent
+        if rebalances(cluster, group) != settled:
+            # On 2 busy cores a member can miss its session and the group rebalance while it
+            # reads; with nothing committed yet the new owner reads those partitions again.
+            # That is at-least-once, as Kafka gives it: nothing lost is the whole claim then.
+            return
+        assert len(values()) == BATCH, "records read twice with no rebalance"
         assert {p for p, _ in got["a"]} <= a.assigned()
         assert {p for p, _ in got["b"]} <= b.assigned()
         assert got["a"] and got["b"], "both members should have read a share"

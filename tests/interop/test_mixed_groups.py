@@ -49,14 +49,16 @@ from typing import Any, ClassVar
 
 import pytest
 
-from client import Consumer
-from client.consumer_protocol import decode_assignment
-from client.group import RebalanceListener
-from client.types import TopicPartition
-from protocol.apis.describe_groups import DescribeGroupsRequest
-from protocol.apis.find_coordinator import FindCoordinatorRequest
-from protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
-from protocol.error_codes import ErrorCode as E
+from epochlog.client import Consumer
+from epochlog.client.console import EXIT_INTERRUPTED
+from epochlog.client.consumer_protocol import decode_assignment
+from epochlog.client.group import RebalanceListener
+from epochlog.client.types import TopicPartition
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.describe_groups import DescribeGroupsRequest
+from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
+from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
+from epochlog.protocol.error_codes import ErrorCode as E
 from tests.broker.cluster import WAIT_S, Cluster, call, free_port
 
 confluent = pytest.importorskip("confluent_kafka")
@@ -139,7 +141,8 @@ def coordinator_port(cluster: Cluster, group: str) -> int:
     found: list[int] = []
 
     def ask() -> bool:
-        answer = cluster.any_broker().call(10, FindCoordinatorRequest(coordinator_keys=[group]))
+        answer = cluster.any_broker().call(ApiKey.FIND_COORDINATOR,
+                                           FindCoordinatorRequest(coordinator_keys=[group]))
         c = answer.coordinators[0]
         assert c.error_code in (0, E.COORDINATOR_NOT_AVAILABLE, E.COORDINATOR_LOAD_IN_PROGRESS), c
         if c.error_code == 0:
@@ -379,7 +382,7 @@ class Epochlog(AsyncMember):
 
     def leader_id(self) -> str:
         # Only a group's members learn who leads (JoinGroup tells them); ours keeps it here.
-        return self.c._group.leader_id  # type: ignore[union-attr]
+        return str(self.c.group_metadata()["leader_id"])
 
 
 class ConfluentKafka(SyncMember):
@@ -745,7 +748,7 @@ def test_a_mixed_group_resumes_after_clean_and_unclean_restarts(cluster: Cluster
               lambda: again <= {v for v, n in Counter(r.value for r in all_reads()).items()
                                 if n > 1})
         time.sleep(SETTLE_S)
-        assert restarted.stop(signal.SIGTERM) == 0
+        assert restarted.stop(signal.SIGTERM) == EXIT_INTERRUPTED  # as produce's
         for m in third:
             m.commit()
         counts = Counter(r.value for r in all_reads())
@@ -868,7 +871,7 @@ def test_cooperative_sticky_with_librdkafka_never_owns_a_partition_twice(cluster
     intervals = {m: owned_intervals(m, closed_at[m]) for m in everyone}
     for p in ALL:
         spans = sorted((s, e, m) for m in everyone for s, e in intervals[m].get(p, []))
-        for (s1, e1, m1), (s2, e2, m2) in itertools.pairwise(spans):
+        for (_, e1, m1), (s2, _, m2) in itertools.pairwise(spans):
             assert e1 <= s2, f"partition {p}: {m1} owned it until {e1}, {m2} from {s2}"
     for m in everyone:
         for r in m.reads:

@@ -6,7 +6,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from protocol.schema import Message, TypeSpec, Wire, layout
+from epochlog.protocol.schema import Message, TypeSpec, Wire, layout
 
 _INTS = {Wire.INT8: 8, Wire.INT16: 16, Wire.INT32: 32, Wire.INT64: 64}
 
@@ -57,5 +57,6 @@ def project(msg: Any, version: int) -> Any:
             values[f.name] = f.default_value()
             continue
         v = getattr(msg, f.name)
-        values[f.name] = [project(x, version) for x in v] if isinstance(v, list) else project(v, version)
+        values[f.name] = ([project(x, version) for x in v] if isinstance(v, list)
+                          else project(v, version))
     return type(msg)(**values)

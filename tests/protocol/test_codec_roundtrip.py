@@ -7,10 +7,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import reference
-from protocol.api import Api
-from protocol.errors import DecodeError
-from protocol.registry import APIS
+from epochlog.protocol import reference
+from epochlog.protocol.api import Api
+from epochlog.protocol.errors import DecodeError
+from epochlog.protocol.registry import APIS
 
 from .strategies import message_strategy, project
 

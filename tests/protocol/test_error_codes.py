@@ -15,8 +15,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     import kafka.errors as kafka_errors
 
-from protocol import error_codes
-from protocol.error_codes import ALL, ErrorCode, ErrorInfo, info, is_retriable, name_of
+from epochlog.protocol import error_codes
+from epochlog.protocol.error_codes import ALL, ErrorCode, ErrorInfo, info, is_retriable, name_of
 
 # kafka-python names a few codes differently from Kafka. Ours are Kafka's names, the constants of
 # Kafka's `Errors` enum as printed in the protocol guide's error table; kafka-python kept names

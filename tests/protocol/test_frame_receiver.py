@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.errors import DecodeError, FrameTooLarge
-from protocol.frames import FrameReceiver, frame
+from epochlog.protocol.errors import DecodeError, FrameTooLarge
+from epochlog.protocol.frames import FrameReceiver, frame
 
 SIZES = st.one_of(st.integers(0, 40), st.integers(60, 70), st.integers(200, 3000))
 

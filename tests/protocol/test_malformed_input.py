@@ -9,13 +9,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
-from protocol.errors import DecodeError, FrameTooLarge, UnsupportedVersion
-from protocol.frames import FrameBuffer, frame
-from protocol.headers import (RequestHeader, decode_request_header, decode_response_header,
-                              encode_response_header, peek_request_header)
-from protocol.registry import APIS, api_for
-from protocol.varint import encode_uvarint, encode_varint, read_uvarint, read_varint, read_varlong
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.metadata import MetadataRequest, MetadataRequestTopic
+from epochlog.protocol.errors import DecodeError, FrameTooLarge, UnsupportedVersion
+from epochlog.protocol.frames import FrameBuffer, frame
+from epochlog.protocol.headers import (
+    RequestHeader,
+    decode_request_header,
+    decode_response_header,
+    encode_response_header,
+    peek_request_header,
+)
+from epochlog.protocol.registry import APIS, api_for
+from epochlog.protocol.varint import (
+    encode_uvarint,
+    encode_varint,
+    read_uvarint,
+    read_varint,
+    read_varlong,
+)
 
 
 @settings(max_examples=200, deadline=None)
@@ -84,8 +96,9 @@ def test_peek_reads_key_version_and_correlation_of_any_request() -> None:
 def test_unknown_api_key_and_version() -> None:
     with pytest.raises(UnsupportedVersion, match="unknown API key 999"):
         api_for(999)
-    with pytest.raises(UnsupportedVersion, match=r"Metadata v99 is not supported \(supported: 1-12\)"):
-        APIS[3].decode_request(b"", 99)
+    with pytest.raises(UnsupportedVersion,
+                       match=r"Metadata v99 is not supported \(supported: 0-12\)"):
+        APIS[ApiKey.METADATA].decode_request(b"", 99)
 
 
 def test_over_long_varints_are_refused() -> None:
@@ -96,7 +109,7 @@ def test_over_long_varints_are_refused() -> None:
     # An over-long compact length inside a flexible message names the field it was reading.
     body = b"\x80\x80\x80\x80\x80\x80\x01"
     with pytest.raises(DecodeError) as info:
-        APIS[3].decode_request(body, 12)
+        APIS[ApiKey.METADATA].decode_request(body, 12)
     assert info.value.field == "MetadataRequest.topics"
 
 
@@ -119,7 +132,7 @@ def test_huge_array_length_allocates_nothing(flexible: bool) -> None:
     tracemalloc.start()
     try:
         with pytest.raises(DecodeError, match="exceeds the bytes left") as info:
-            APIS[3].decode_request(wire, version)
+            APIS[ApiKey.METADATA].decode_request(wire, version)
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -130,21 +143,22 @@ def test_huge_array_length_allocates_nothing(flexible: bool) -> None:
 def test_string_length_past_the_end_is_named() -> None:
     wire = struct.pack(">i", 1) + struct.pack(">h", 30000) + b"abc" + b"\x01\x00\x00"
     with pytest.raises(DecodeError, match="runs past the end") as info:
-        APIS[3].decode_request(wire, 8)
+        APIS[ApiKey.METADATA].decode_request(wire, 8)
     assert info.value.field == "MetadataRequest.topics[].name"
 
 
 def test_null_where_not_allowed_on_encode_names_the_field() -> None:
     request = MetadataRequest(topics=[MetadataRequestTopic(name=None)])
-    from protocol.errors import EncodeError
+    from epochlog.protocol.errors import EncodeError
     with pytest.raises(EncodeError) as info:
-        APIS[3].encode_request(request, 9)  # names become nullable only from v10
+        APIS[ApiKey.METADATA].encode_request(request, 9)  # names become nullable only from v10
     assert info.value.field == "MetadataRequest.topics[].name"
-    assert APIS[3].decode_request(APIS[3].encode_request(request, 10), 10) == request
+    assert APIS[ApiKey.METADATA].decode_request(
+        APIS[ApiKey.METADATA].encode_request(request, 10), 10) == request
 
 
 def test_trailing_bytes_are_an_error() -> None:
-    wire = APIS[3].encode_request(MetadataRequest(topics=None), 9) + b"\x00"
+    wire = APIS[ApiKey.METADATA].encode_request(MetadataRequest(topics=None), 9) + b"\x00"
     with pytest.raises(DecodeError, match="1 bytes left over") as info:
-        APIS[3].decode_request(wire, 9)
+        APIS[ApiKey.METADATA].decode_request(wire, 9)
     assert info.value.field == "MetadataRequest.<end>"

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.registry import APIS
-from protocol.schema import Message, layout
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import Message, layout
 
 from .strategies import message_strategy, project
 
@@ -46,7 +48,8 @@ def _without_extensions(msg: Any) -> Any:
         v = getattr(msg, f.name)
         if (type(msg).__name__, f.name) in EXTENSIONS:
             v = f.default_value()
-        values[f.name] = [_without_extensions(x) for x in v] if isinstance(v, list) else _without_extensions(v)
+        values[f.name] = ([_without_extensions(x) for x in v] if isinstance(v, list)
+                          else _without_extensions(v))
     return type(msg)(**values)
 
 
@@ -153,13 +156,15 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 def test_both_codecs_agree(api, kind, kp_cls, top, data) -> None:
     version = data.draw(st.integers(api.min_version, top), label="version")
     cls = api.request if kind == "request" else api.response
-    msg = _without_extensions(project(data.draw(message_strategy(cls, version), label="message"), version))
+    msg = _without_extensions(project(data.draw(message_strategy(cls, version), label="message"),
+                                      version))
     if api.name == "ApiVersions" and kind == "response" and version > 0:
         # kafka-python reads any ApiVersions answer carrying an error as a v0 body (see
         # test_api_versions_error_answers_use_v0_body); errors are covered there.
         msg = msg.__class__(**{**{f: getattr(msg, f) for f in msg.__struct_fields__},
                                "error_code": 0})
-    ours = api.encode_request(msg, version) if kind == "request" else api.encode_response(msg, version)
+    ours = (api.encode_request(msg, version) if kind == "request"
+            else api.encode_response(msg, version))
 
     # ours -> kafka-python
     theirs_view = kp_cls.decode(ours, version=version)
@@ -167,7 +172,8 @@ def test_both_codecs_agree(api, kind, kp_cls, top, data) -> None:
 
     # kafka-python -> ours
     theirs = to_kafka_python(msg, kp_cls, version).encode(version=version)
-    back = api.decode_request(theirs, version) if kind == "request" else api.decode_response(theirs, version)
+    back = (api.decode_request(theirs, version) if kind == "request"
+            else api.decode_response(theirs, version))
     assert back == msg
     assert theirs == ours
 
@@ -175,22 +181,28 @@ def test_both_codecs_agree(api, kind, kp_cls, top, data) -> None:
 def test_api_versions_error_answers_use_v0_body() -> None:
     """KIP-511: a broker answers an ApiVersions version it does not know with UNSUPPORTED_VERSION
     and its own ranges in a v0 body; kafka-python reads every erroring answer that way."""
-    from protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
+    from epochlog.protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
 
-    api = APIS[18]
-    answer = ApiVersionsResponse(error_code=35, api_keys=[ApiVersion(18, 0, 3), ApiVersion(3, 1, 12)])
+    api = APIS[ApiKey.API_VERSIONS]
+    answer = ApiVersionsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION,
+                                 api_keys=[ApiVersion(18, 0, 3), ApiVersion(3, 1, 12)])
     wire = api.encode_response(answer, 0)
     theirs = KP[(18, "response")].decode(wire, version=3)
-    assert theirs.error_code == 35
-    assert [(k.api_key, k.min_version, k.max_version) for k in theirs.api_keys] == [(18, 0, 3), (3, 1, 12)]
+    assert theirs.error_code == ErrorCode.UNSUPPORTED_VERSION
+    assert [(k.api_key, k.min_version, k.max_version)
+            for k in theirs.api_keys] == [(18, 0, 3), (3, 1, 12)]
 
 
 def test_kip359_tag_is_skipped_by_a_kafka_codec() -> None:
     """Our Produce v9 carrying CurrentLeaderEpoch as tagged field 359 is read by kafka-python's
     codec (built from Kafka's schema, which has no such field) as the same produce request."""
-    from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+    from epochlog.protocol.apis.produce import (
+        PartitionProduceData,
+        ProduceRequest,
+        TopicProduceData,
+    )
 
-    api = APIS[0]
+    api = APIS[ApiKey.PRODUCE]
     request = ProduceRequest(acks=-1, timeout_ms=500, topic_data=[TopicProduceData(
         "orders", [PartitionProduceData(index=2, records=b"batch", current_leader_epoch=7)])])
     wire = api.encode_request(request, 9)

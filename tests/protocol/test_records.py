@@ -23,15 +23,15 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, check, stamp
-from protocol.compression import (
+from epochlog.protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, check, stamp
+from epochlog.protocol.compression import (
     XERIAL_MAGIC,
     Compression,
     compress,
     decompress,
 )
-from protocol.errors import DecodeError
-from protocol.records import (
+from epochlog.protocol.errors import DecodeError
+from epochlog.protocol.records import (
     BatchBuilder,
     Record,
     build_batch,
@@ -39,7 +39,7 @@ from protocol.records import (
     decode_batches,
     iter_records,
 )
-from protocol.varint import encode_varint
+from epochlog.protocol.varint import encode_varint
 
 CODECS = list(Compression)
 FAST = settings(max_examples=200, deadline=None,
@@ -508,7 +508,7 @@ def test_payloads_bigger_than_their_size_guess_still_decode():
 @pytest.mark.parametrize("codec", [Compression.GZIP, Compression.LZ4, Compression.ZSTD])
 def test_cramjam_still_says_whole_buffer_when_out_of_room(codec):
     # protocol.compression grows its buffer only on this wording; anything else is corrupt input.
-    from protocol.compression import _NO_ROOM
+    from epochlog.protocol.compression import _NO_ROOM
     module = getattr(cramjam, codec.name.lower())
     with pytest.raises(Exception, match=_NO_ROOM):
         module.decompress_into(compress(codec, bytes(100_000)), bytearray(1000))

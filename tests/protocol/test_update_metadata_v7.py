@@ -8,12 +8,16 @@ from __future__ import annotations
 import struct
 import uuid
 
-from protocol.apis.update_metadata import (UpdateMetadataPartitionState, UpdateMetadataRequest,
-                                           UpdateMetadataTopicState)
-from protocol.registry import APIS
-from protocol.schema import ZERO_UUID
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.update_metadata import (
+    UpdateMetadataPartitionState,
+    UpdateMetadataRequest,
+    UpdateMetadataTopicState,
+)
+from epochlog.protocol.registry import APIS
+from epochlog.protocol.schema import ZERO_UUID
 
-API = APIS[6]
+API = APIS[ApiKey.UPDATE_METADATA]
 TOPIC_ID = uuid.UUID("6f1c8a52-0d7e-4f6e-9a41-3b2c1d0e9f8a")
 
 

@@ -11,4 +11,9 @@ the end. A failing seed replays exactly: `python -m tests.sim SEED [--verbose]`.
 Modules: scheduler (clock, event heap, nodes that crash and pause), network (links, loss, delay,
 partitions, the real codec now and then), controller_node, broker_node, producer, faults, checkers,
 harness (one run), `__main__` (replay), test_simulation (the CI runs). See docs/simulation.md.
+
+The consumer group simulation (`python -m tests.sim --group SEED`) runs the real member state
+machine (`client.group_member`) against the broker's real `broker.groups.state.Group` on the same
+scheduler and network: group_coordinator, group_member_node, group_checkers, group_harness,
+test_group_simulation.
 """

@@ -1,4 +1,7 @@
-"""Replay seeds: `python -m tests.sim SEED [SEED...] [--verbose] [--SETTING=VALUE ...]`.
+"""Replay seeds: `python -m tests.sim [--group] SEED [SEED...] [--verbose] [--SETTING=VALUE ...]`.
+
+`--group`: the consumer group simulation (group_harness.py, settings GroupSimSettings) instead of
+the cluster's.
 
 A seed with the same settings replays exactly (same events, same faults, same verdict).
 `--verbose` prints the simulation's trace interleaved with the real code's log lines, each
@@ -12,15 +15,19 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from .harness import Settings, run_seed, settings_for
+from .group_harness import GroupResult, GroupSimSettings, group_settings_for, run_group_seed
+from .harness import Result, Settings, run_seed, settings_for
 
 
 def _parse(argv: list[str]) -> tuple[list[int], dict[str, object], bool, bool]:
     seeds: list[int] = []
     overrides: dict[str, object] = {}
     verbose = liveness = False
-    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    kind: type = GroupSimSettings if "--group" in argv else Settings
+    fields = {f.name: f for f in dataclasses.fields(kind)}
     for arg in argv:
+        if arg == "--group":
+            continue
         if arg in ("-v", "--verbose"):
             verbose = True
         elif arg == "--liveness":
@@ -33,7 +40,7 @@ def _parse(argv: list[str]) -> tuple[list[int], dict[str, object], bool, bool]:
             name = name.replace("-", "_")
             if name not in fields:
                 raise SystemExit(f"unknown setting {name!r}; known: {', '.join(fields)}")
-            default = getattr(Settings(), name)
+            default = getattr(kind(), name)
             if isinstance(default, bool):
                 overrides[name] = value.lower() in ("1", "true", "yes")
             elif isinstance(default, int):
@@ -53,10 +60,14 @@ def main(argv: list[str]) -> int:
     seeds, overrides, verbose, liveness = _parse(argv)
     failed = 0
     for seed in seeds:
-        result = run_seed(seed, settings_for(seed, **overrides), verbose=verbose)
+        result: GroupResult | Result
+        if "--group" in argv:
+            result = run_group_seed(seed, group_settings_for(seed, **overrides), verbose)
+        else:
+            result = run_seed(seed, settings_for(seed, **overrides), verbose=verbose)
         if verbose:
             print("\n".join(result.trace))
-        bad = not result.ok or (liveness and bool(result.liveness))
+        bad = not result.ok or ((liveness or "--group" in argv) and bool(result.liveness))
         failed += bad
         if bad or len(seeds) == 1 or verbose:
             print(result.describe())

@@ -43,34 +43,44 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from broker.controller_link import BACKOFF_MS_MAX, BACKOFF_MS_MIN, CONNECTION_CHECK_MS
-from broker.fencing import ControlEpochs
-from broker.fetch_sessions import FetchSessionCache
-from broker.follower import FollowerStats, SourceFetcher
-from broker.handlers import fetch as fetch_handler
-from broker.handlers import offset_for_leader_epoch as ofle_handler
-from broker.handlers import produce as produce_handler
-from broker.isr import IsrManager
-from broker.isr_task import ALTER_PARTITION_VERSION_MAX, TICK_MS_MIN, WAKE_GAP_MS, build_request
-from broker.isr_task import apply_answer
-from broker.metadata_cache import MetadataCache
-from broker.partition import Partition, PartitionState, Role
-from broker.replica_selector import selector_for
-from broker.replicas import ReplicaManager
-from broker.storage import LogConfig, LogManager
-from broker.topic_configs import settings_from
-from protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
-from protocol.apis.broker_registration import (BrokerRegistrationListener,
-                                               BrokerRegistrationRequest)
-from protocol.apis.describe_configs import (DescribeConfigsResourceResult,
-                                            DescribeConfigsResponse, DescribeConfigsResult)
-from protocol.apis.fetch import FetchResponse
-from protocol.apis.leader_and_isr import LeaderAndIsrPartitionError, LeaderAndIsrResponse
-from protocol.apis.produce import ProduceResponse, TopicProduceResponse
-from protocol.apis.stop_replica import StopReplicaPartitionError, StopReplicaResponse
-from protocol.apis.update_metadata import UpdateMetadataResponse
-from protocol.error_codes import ErrorCode
-from protocol.records import build_batch
+from epochlog.broker.controller_link import BACKOFF_MS_MAX, BACKOFF_MS_MIN, CONNECTION_CHECK_MS
+from epochlog.broker.fencing import ControlEpochs
+from epochlog.broker.fetch_sessions import FetchSessionCache
+from epochlog.broker.follower import FollowerStats, SourceFetcher
+from epochlog.broker.handlers import fetch as fetch_handler
+from epochlog.broker.handlers import offset_for_leader_epoch as ofle_handler
+from epochlog.broker.handlers import produce as produce_handler
+from epochlog.broker.isr import IsrManager
+from epochlog.broker.isr_task import (
+    ALTER_PARTITION_VERSION_MAX,
+    TICK_MS_MIN,
+    WAKE_GAP_MS,
+    apply_answer,
+    build_request,
+)
+from epochlog.broker.metadata_cache import MetadataCache
+from epochlog.broker.partition import Partition, PartitionState, Role
+from epochlog.broker.replica_selector import selector_for
+from epochlog.broker.replicas import ReplicaManager
+from epochlog.broker.storage import LogConfig, LogManager
+from epochlog.broker.topic_configs import settings_from
+from epochlog.protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
+from epochlog.protocol.apis.broker_registration import (
+    BrokerRegistrationListener,
+    BrokerRegistrationRequest,
+)
+from epochlog.protocol.apis.describe_configs import (
+    DescribeConfigsResourceResult,
+    DescribeConfigsResponse,
+    DescribeConfigsResult,
+)
+from epochlog.protocol.apis.fetch import FetchResponse
+from epochlog.protocol.apis.leader_and_isr import LeaderAndIsrPartitionError, LeaderAndIsrResponse
+from epochlog.protocol.apis.produce import ProduceResponse, TopicProduceResponse
+from epochlog.protocol.apis.stop_replica import StopReplicaPartitionError, StopReplicaResponse
+from epochlog.protocol.apis.update_metadata import UpdateMetadataResponse
+from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.records import build_batch
 
 from .controller_node import CONTROLLER_ID
 from .scheduler import Node, Scheduler
@@ -226,15 +236,15 @@ class BrokerNode(Node):
     def _learn_topic_settings(self) -> None:
         """What the LeaderAndIsr handler's DescribeConfigs fetch (load_topic_settings) gives,
         learnt at start instead: the real `TopicConfigs.ensure`, answered at once with the
-        settings the harness creates the topic with. Its await never suspends, so a private
-        event loop runs it to completion deterministically."""
+        settings the harness creates the topic with, as the topic's own (source 1). Its await
+        never suspends, so a private event loop runs it to completion deterministically."""
         assert self.replicas is not None
         configs = self.replicas.topic_configs
 
         async def describe(key: int, version: int | None, request: Any) -> Any:
             return DescribeConfigsResponse(results=[DescribeConfigsResult(
                 resource_type=r.resource_type, resource_name=r.resource_name,
-                configs=[DescribeConfigsResourceResult(name=k, value=v)
+                configs=[DescribeConfigsResourceResult(name=k, value=v, config_source=1)
                          for k, v in self.topics[r.resource_name].items()])
                 for r in request.resources])
 
@@ -340,8 +350,10 @@ class BrokerNode(Node):
         if token != self._hb_token:
             return  # replaced by an earlier wake-up
         self._hb_due_ms = -1
+        offline = self.replicas.offline_dir_ids() if self.replicas is not None else []
         request = BrokerHeartbeatRequest(broker_id=self.broker_id,
-                                         broker_epoch=self.epochs.generation)
+                                         broker_epoch=self.epochs.generation,
+                                         offline_log_dirs=offline)
         self._controller_call(63, request, self._heartbeat_answer, self._heartbeat_failed)
 
     def _heartbeat_failed(self) -> None:
@@ -516,7 +528,7 @@ class BrokerNode(Node):
                   for _, p, epoch, last in pending.waits]
         if not final and any(e is None for e in errors):
             return False
-        for (answer, _, _, _), error in zip(pending.waits, errors):
+        for (answer, _, _, _), error in zip(pending.waits, errors, strict=True):
             answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
         pending.reply(pending.response)
         return True

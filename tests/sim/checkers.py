@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from broker.storage import Log
-from protocol.batch import BatchHeader
-from protocol.records import Record, decode_batches
+from epochlog.broker.storage import Log
+from epochlog.protocol.batch import BatchHeader
+from epochlog.protocol.records import Record, decode_batches
 
 if TYPE_CHECKING:
     from .broker_node import BrokerNode
@@ -126,7 +126,8 @@ class Checkers:
                 continue
             mine = [_summary(h) for h, _ in read_log(mp.log) if h.base_offset < hw]
             if mine != committed:
-                first = next((i for i, (a, b) in enumerate(zip(mine, committed)) if a != b),
+                pairs = enumerate(zip(mine, committed, strict=False))
+                first = next((i for i, (a, b) in pairs if a != b),
                              min(len(mine), len(committed)))
                 self.fail(f"{tp}: ISR member {member} differs from leader {leader} below the "
                           f"high watermark {hw} at batch #{first}: member "

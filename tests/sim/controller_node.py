@@ -25,16 +25,16 @@ a restart replays it and starts a new controller epoch, as ControllerService.sta
 from __future__ import annotations
 
 import random
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from controller import handlers as controller_handlers
-from controller.model import Send
-from controller.records import Record
-from controller.service import EXPIRY_CHECK_MS_MAX, EXPIRY_CHECK_MS_MIN
-from controller.sender import BACKOFF_MS_MIN
-from controller.state import ControllerState
+from epochlog.controller import handlers as controller_handlers
+from epochlog.controller.model import Send
+from epochlog.controller.records import Record
+from epochlog.controller.sender import BACKOFF_MS_MIN
+from epochlog.controller.service import EXPIRY_CHECK_MS_MAX, EXPIRY_CHECK_MS_MIN
+from epochlog.controller.state import ControllerState
 
 from .scheduler import Node, Scheduler
 
@@ -118,6 +118,7 @@ class ControllerNode(Node):
         self._conn_sessions: dict[int, dict[int, int]] = {}
         self._expire_token = 0
         self.connection_losses = 0  # figures
+        self._counted: Counter[str] = Counter()  # the counters of controllers that crashed
 
     # ---------------------------------------------------------------------------- lifecycle
     def on_start(self) -> None:
@@ -137,8 +138,14 @@ class ControllerNode(Node):
                             EXPIRY_CHECK_MS_MAX)
         self._expire_wait()
 
+    def counters(self) -> Counter[str]:
+        """ControllerState's counters summed over every controller process of the run."""
+        return self._counted + (self.state.counters if self.state is not None else Counter())
+
     def on_crash(self) -> None:
         self.net.crashed(self)  # every connection closes at once: brokers reconnect
+        if self.state is not None:
+            self._counted += self.state.counters
         self.state = None
         self.senders = {}
 

@@ -9,8 +9,9 @@ and the cluster has `quiet_ms` to converge; then the final checks run.
 Everything that varies comes from the seed: the cluster's size (3 brokers, sometimes 4-5), the
 partition count (1-3), message delays and losses, the fault schedule. Timeouts are scaled down
 (a 1.2 s session instead of 9 s; the 500 ms connection-loss grace is not, since it covers a
-reconnect) so that one run covers many leader changes in a few thousand events. The real code's log lines are silenced unless `verbose`, where they are interleaved with
-the simulation's own trace, each stamped with simulated time.
+reconnect) so that one run covers many leader changes in a few thousand events. The real code's
+log lines are silenced unless `verbose`, where they are interleaved with the simulation's own
+trace, each stamped with simulated time.
 """
 
 from __future__ import annotations
@@ -201,6 +202,8 @@ class Simulation:
                 "leader_epochs": len(self.checkers.leaders),
                 "truncations": sum(b.follower_stats.truncations for b in self.brokers.values()),
                 "connection_losses": self.controller.connection_losses,
+                "elr_elections": self.controller.counters()["elections_from_elr"],
+                "unclean_restarts": self.controller.counters()["unclean_restarts"],
                 "held": sum(b.held_total for b in self.brokers.values()),
                 "messages": self.net.sent, "lost": self.net.lost,
                 "codec_checked": self.net.codec_checked}

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from protocol.registry import APIS
+from epochlog.protocol.registry import APIS
 
 if TYPE_CHECKING:
     from .scheduler import Node, Scheduler

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
-from protocol.records import build_batch
+from epochlog.protocol.apis.produce import PartitionProduceData, ProduceRequest, TopicProduceData
+from epochlog.protocol.records import build_batch
 
 from .broker_node import METADATA_KEY
 from .scheduler import Node, Scheduler

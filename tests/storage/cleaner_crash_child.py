@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 import sys
 
-from broker.storage import LogConfig, LogManager
-from broker.storage.cleaner import CleanerSettings, LogCleaner
-from protocol.records import build_batch
+from epochlog.broker.storage import LogConfig, LogManager
+from epochlog.broker.storage.cleaner import CleanerSettings, LogCleaner
+from epochlog.protocol.records import build_batch
 
 KEYS = 7
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=4096,

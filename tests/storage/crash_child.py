@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 import sys
 
-from broker.storage import LogConfig, LogManager
+from epochlog.broker.storage import LogConfig, LogManager
 
 from .helpers import make_batch
 
@@ -20,12 +20,12 @@ CONFIG = LogConfig(segment_bytes=1 << 20, index_interval_bytes=1024, segment_ind
 
 
 def last_tag(log) -> int:
-    from protocol.records import decode_batch
+    from epochlog.protocol.records import decode_batch
     if log.log_end_offset == log.log_start_offset:
         return 0
     data = log.read(log.active_segment.base_offset, 1 << 30) or log.read(
         log.segments[-2].base_offset, 1 << 30)
-    from protocol.batch import iter_headers
+    from epochlog.protocol.batch import iter_headers
     *_, (pos, _) = iter_headers(data)
     _, records = decode_batch(data, pos)
     return int(records[0].value.split(b":")[0])

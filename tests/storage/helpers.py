@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from broker.storage import Log, LogConfig
-from protocol.records import build_batch
+from epochlog.broker.storage import Log, LogConfig
+from epochlog.protocol.records import build_batch
 
 SMALL = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_index_bytes=64,
                   flush_ms=2**63 - 1)
@@ -38,7 +38,7 @@ def open_log(path: str, config: LogConfig = SMALL, clock: FakeClock | None = Non
 
 def read_all(log: Log, bytes_max: int = 1 << 20) -> list[tuple[int, bytes]]:
     """(base_offset, bytes) of every batch from the log start, read through Log.read."""
-    from protocol.batch import check_all, iter_headers
+    from epochlog.protocol.batch import check_all, iter_headers
 
     out = []
     offset = log.log_start_offset

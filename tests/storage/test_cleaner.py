@@ -16,12 +16,12 @@ import time
 
 import pytest
 
-from broker.storage import InvalidRecord, LogConfig, LogManager
-from broker.storage.cleaner import OFFSET_MAP_ENTRY_BYTES, CleanerSettings, LogCleaner
-from broker.storage.segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, segment_paths
-from protocol.batch import read_header
-from protocol.compression import Compression
-from protocol.records import build_batch, decode_batches
+from epochlog.broker.storage import InvalidRecord, LogConfig, LogManager
+from epochlog.broker.storage.cleaner import OFFSET_MAP_ENTRY_BYTES, CleanerSettings, LogCleaner
+from epochlog.broker.storage.segment_swap import CLEANED_SUFFIX, SWAP_SUFFIX, segment_paths
+from epochlog.protocol.batch import read_header
+from epochlog.protocol.compression import Compression
+from epochlog.protocol.records import build_batch, decode_batches
 
 from .helpers import FakeClock
 
@@ -275,7 +275,7 @@ def test_a_follower_copies_a_compacted_leader_with_its_gaps(tmp_path):
 def test_an_uncompacted_log_still_refuses_gaps(tmp_path):
     plain = LogManager.open(str(tmp_path / "plain"), LogConfig(), FakeClock(), broker_id=1,
                             cluster_id="c").get_or_create("t", 0)
-    from broker.storage import OffsetsNotIncreasing
+    from epochlog.broker.storage import OffsetsNotIncreasing
     with pytest.raises(OffsetsNotIncreasing):
         plain.append_as_follower(build_batch([(b"k", b"v", None, 1)], base_offset=5))
 
@@ -309,7 +309,8 @@ def test_an_interrupted_swap_is_completed(tmp_path, step):
     group = result.groups[0]
     directory = c.log.directory
     for source, target in zip(segment_paths(directory, group.base_offset, CLEANED_SUFFIX),
-                              segment_paths(directory, group.base_offset, SWAP_SUFFIX)):
+                              segment_paths(directory, group.base_offset, SWAP_SUFFIX),
+                              strict=True):
         os.rename(source, target)
     if step == "some old deleted":
         for path in segment_paths(directory, group.views[0].base_offset):

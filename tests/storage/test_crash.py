@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from broker.storage import CorruptLog, LogManager
-from protocol.batch import iter_headers
-from protocol.records import decode_batches
+from epochlog.broker.storage import CorruptLog, LogManager
+from epochlog.protocol.batch import iter_headers
+from epochlog.protocol.records import decode_batches
 
 from .crash_child import CONFIG
 
@@ -92,7 +92,7 @@ def crash_rounds(tmp_path, runs: int, damage: str) -> None:
     rng = random.Random(f"{damage}-{runs}")
     data_dir = str(tmp_path / "data")
     best_end, best_tag = 0, 0
-    for run in range(runs):
+    for _ in range(runs):
         end, tag = run_child_and_kill(data_dir, rng.randrange(2**32), rng)
         best_end, best_tag = max(best_end, end), max(best_tag, tag)
         if damage != "none":

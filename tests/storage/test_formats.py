@@ -14,17 +14,17 @@ import pytest
 from crc32c import crc32c
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from broker.storage import (
+from epochlog.broker.storage import (
     CorruptCheckpoint,
     InconsistentIdentity,
     LogConfig,
     LogManager,
 )
-from broker.storage.checkpoints import read_offsets, write_offsets
-from broker.storage.epoch_cache import read_epoch_checkpoint
-from broker.storage.log_manager import CLEAN_SHUTDOWN_FILE
+from epochlog.broker.storage.checkpoints import read_offsets, write_offsets
+from epochlog.broker.storage.epoch_cache import read_epoch_checkpoint
+from epochlog.broker.storage.log_manager import CLEAN_SHUTDOWN_FILE
 from epochlog.cli import main as cli_main
-from protocol.batch import check_all
+from epochlog.protocol.batch import check_all
 
 from .helpers import FakeClock, open_log, read_all
 
@@ -86,11 +86,11 @@ def test_our_segment_and_index_bytes_match_the_layouts(tmp_path):
     folder = tmp_path / "t-0"
     data = (folder / f"{0:020d}.log").read_bytes()
     headers = check_all(data)
-    assert data == b"".join(_at(b, h.base_offset) for b, h in zip(inputs, headers))
+    assert data == b"".join(_at(b, h.base_offset) for b, h in zip(inputs, headers, strict=True))
     positions = [sum(h.size for h in headers[:i]) for i in range(len(headers))]
     # index_interval_bytes=0: every batch after the first gets an entry (Kafka's '>' rule)
     expected_index = b"".join(struct.pack(">ii", h.last_offset, p)
-                              for h, p in zip(headers[1:], positions[1:]))
+                              for h, p in zip(headers[1:], positions[1:], strict=True))
     assert (folder / f"{0:020d}.index").read_bytes() == expected_index
     expected_time = b"".join(struct.pack(">qi", h.max_timestamp, h.last_offset)
                              for h in headers[1:])
@@ -230,7 +230,8 @@ def test_dump_tools(tmp_path, capsys):
     assert lines[0] | {"records": None} == {
         "base_offset": 0, "last_offset": 1, "leader_epoch": 3, "producer_id": -1,
         "producer_epoch": -1, "base_sequence": -1, "record_count": 2, "crc_valid": True,
-        "position": 0, "size": len(batches[0]), "records": None}
+        "position": 0, "size": len(batches[0]), "records": None, "compression": "none",
+        "timestamp_type": "CreateTime", "max_timestamp": 1001}
     assert [r["value"] for r in lines[0]["records"]] == ["a", "bb"]
     assert lines[1]["base_offset"] == 2 and lines[2] == {"position": sum(map(len, batches)),
                                                          "torn_tail_bytes": 30}

@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from broker.storage import (
+from epochlog.broker.storage import (
     CorruptRecords,
     InvalidProducerEpoch,
     LogConfig,
@@ -19,8 +19,8 @@ from broker.storage import (
     RecordTooLarge,
     StaleLeaderEpoch,
 )
-from broker.storage.errors import DuplicateSequence
-from protocol.batch import check_all, read_header
+from epochlog.broker.storage.errors import DuplicateSequence
+from epochlog.protocol.batch import check_all, read_header
 
 from .helpers import FakeClock, make_batch, open_log, read_all
 
@@ -137,7 +137,7 @@ def with_offset_delta(batch: bytes, last_offset_delta: int) -> bytes:
     """The batch claiming last_offset_delta (as a compacted batch may), CRC recomputed."""
     import struct
 
-    from protocol.batch import crc_of
+    from epochlog.protocol.batch import crc_of
     buf = bytearray(batch)
     struct.pack_into(">i", buf, 23, last_offset_delta)
     struct.pack_into(">I", buf, 17, crc_of(buf, 0, len(buf)))

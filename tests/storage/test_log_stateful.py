@@ -11,7 +11,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from protocol.batch import check_all, read_header, shift_offsets
+from epochlog.protocol.batch import check_all, read_header, shift_offsets
 
 from .helpers import SMALL, FakeClock, make_batch, open_log, read_all
 

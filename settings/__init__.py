@@ -1,5 +1,8 @@
 """Settings for every server: defaults, then a TOML file, then `EPOCHLOG_*` variables, then flags.
 
+Broker and controller both load their settings here, so this package sits below them and imports
+nothing else of ours.
+
 Each server declares its settings as one msgspec Struct (fields with defaults, `Meta` bounds,
 a `__post_init__` for checks across fields). `load_settings` merges the sources, later ones winning,
 and converts the result once with msgspec, so every source gets the same validation. A bad value
