@@ -63,7 +63,8 @@ def list_command(args: argparse.Namespace) -> int:
     for s in SCENARIOS.values():
         needs = " [network faults]" if s.network else ""
         loss = " [loss expected]" if s.loss_expected else ""
-        print(f"{s.name:18} {s.summary}{needs}{loss}")
+        local = " [local target only]" if s.local_only else ""
+        print(f"{s.name:18} {s.summary}{needs}{loss}{local}")
     return 0
 
 
@@ -73,6 +74,10 @@ def run_command(args: argparse.Namespace,
     from .runner import RunConfig, run
 
     scenario = get(args.scenario)
+    if scenario.local_only and args.target != "local":
+        print(f"epochlog chaos: scenario {scenario.name} runs on the local target only: it "
+              f"writes into the brokers' data dirs", file=sys.stderr)
+        return 2
     config = RunConfig(scenario=scenario, seed=args.seed, duration_s=args.duration,
                        client=args.client, target=args.target, rate_per_s=args.rate)
     schedule = scenario.schedule(args.seed, args.duration)

@@ -28,6 +28,7 @@ An `Observer` (live.py) is told of each phase, window and fault as they happen.
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from typing import Any, Protocol
 from epochlog.client import KafkaError
 
 from ..checker import Verdict, check
+from ..damage import damage
 from ..history import History, Send
 from ..targets import open_cluster
 from .scenarios import FAST_FAILOVER, Scenario, Window
@@ -143,6 +145,9 @@ def run(config: RunConfig, observer: Observer | None = None,
         kwargs["network"] = True
     if s.request_hooks:
         kwargs["request_hooks"] = True
+    if s.local_only and config.target != "local":
+        raise ValueError(f"scenario {s.name} runs on the local target only: the harness writes "
+                         f"into the brokers' data dirs (not {config.target!r})")
     problems: list[str] = []
     applied: list[Applied] = []
     obs.phase("starting the cluster")
@@ -190,6 +195,9 @@ def run(config: RunConfig, observer: Observer | None = None,
         tamper(history)
     verdict = check(history)
     lost = _acked_values(history) - final if final else set()
+    if workload.corrupt_count:
+        problems.append(f"clients were served {workload.corrupt_count} corrupt batch(es): a "
+                        f"broker sent bytes whose CRC fails")
     if lost and not s.loss_expected:
         problems.append(f"{len(lost)} acknowledged value(s) are not in the final log, e.g. "
                         f"{sorted(lost)[:3]}")
@@ -296,6 +304,14 @@ def _open_window(cluster: Any, workload: Workload, w: Window, record: Applied, s
     elif w.kind == "inject":
         cluster.inject(victim, "PRODUCE", "error", error="NOT_LEADER_OR_FOLLOWER", times=w.times)
         cluster.inject(victim, "FETCH", "delay", delay_ms=w.delay_ms, times=w.times)
+    elif w.kind == "damage":
+        if w.clean:
+            cluster.stop(victim)
+        else:
+            cluster.kill(victim)
+        rng = random.Random(w.damage_seed)
+        what = damage(Path(cluster.node(victim).data_dir), TOPIC, rng)
+        recorded("damage", (victim,), what)
     elif w.kind == "cut-leader":
         others: set[int | str] = {b for b in _broker_ids(cluster) if b != victim}
         if w.with_controller:
@@ -306,7 +322,7 @@ def _open_window(cluster: Any, workload: Workload, w: Window, record: Applied, s
 
 
 def _close_window(cluster: Any, w: Window, record: Applied) -> None:
-    if w.kind in ("kill", "stop", "rebalance-kill"):
+    if w.kind in ("kill", "stop", "rebalance-kill", "damage"):
         cluster.restart(record.victims[0])
     elif w.kind == "pause":
         cluster.resume(record.victims[0])

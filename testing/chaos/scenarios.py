@@ -19,7 +19,12 @@ Fault kinds (runner.py applies them; each window's end undoes its start):
   the hooks left are removed at the end;
 - unclean: the partition's follower killed, the leader acknowledges alone (acks=1), then is
   killed, the follower comes back and is elected uncleanly, the old leader comes back and
-  truncates: acknowledged writes are lost by design, and every consumer must report it.
+  truncates: acknowledged writes are lost by design, and every consumer must report it;
+- damage: a broker stopped (SIGTERM, a clean shutdown) or SIGKILLed, as the seed says, then one
+  of its files damaged (epochlog.testing.damage: bits flipped, a page zeroed, a segment cut short,
+  an index or a checkpoint broken), then started again: the other replicas are intact, so nothing
+  acknowledged may be lost and no corrupt batch may reach a client (local clusters only: the
+  harness writes into the broker's data dir).
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FaultKind = Literal["kill", "pause", "stop", "cut-leader", "slow", "rebalance-kill", "unclean",
-                    "inject"]
+                    "inject", "damage"]
 # Who a window hits: the leader or a follower of its partition, the group's coordinator, the
 # controller, or the broker named in the window.
 TargetKind = Literal["leader", "follower", "coordinator", "controller", "broker"]
@@ -55,6 +60,8 @@ class Window:
     with_controller: bool = False  # cut-leader: cut from the controller as well
     join: bool = True  # rebalance-kill: a consumer joins (True) or leaves (False)
     times: int = 0  # inject: how many requests of each kind are hooked
+    clean: bool = True  # damage: stopped cleanly (True) or SIGKILLed before the damage
+    damage_seed: int = 0  # damage: seeds what is damaged, once the files are known
 
     def describe(self) -> str:
         who = {"leader": f"leader of partition {self.partition}",
@@ -67,6 +74,7 @@ class Window:
                  "rebalance-kill": " as a consumer " + ("joins" if self.join else "leaves"),
                  "inject": f": {self.times} Produce answered NOT_LEADER_OR_FOLLOWER, "
                            f"{self.times} Fetch delayed {self.delay_ms} ms",
+                 "damage": (" stopped" if self.clean else " killed") + ", its files damaged",
                  }.get(self.kind, "")
         return f"{self.start_s:.1f}-{self.end_s:.1f}s {self.kind} {who}{extra}"
 
@@ -86,6 +94,7 @@ class Scenario:
     unclean: bool = False  # unclean leader election allowed
     network: bool = False  # needs network faults (namespaces or the proxy fallback)
     request_hooks: bool = False  # needs the brokers' test-only request hooks
+    local_only: bool = False  # needs the local target (the harness writes into data dirs)
     loss_expected: str | None = None  # why acknowledged writes may be lost, when they may
     fault_s: tuple[float, float] = (2.0, 4.0)  # how long a fault lasts, seeded in this range
     gap_s: tuple[float, float] = (1.0, 2.5)  # between one fault's end and the next's start
@@ -122,7 +131,10 @@ class Scenario:
             jitter_ms=rng.choice((0, 25, 50)) if self.kind == "slow" else 0,
             times=rng.randint(3, 10) if self.kind == "inject" else 0,
             with_controller=rng.random() < 0.5 if self.kind == "cut-leader" else False,
-            join=rng.random() < 0.6 if self.kind == "rebalance-kill" else True)
+            join=rng.random() < 0.6 if self.kind == "rebalance-kill" else True,
+            broker=rng.randint(1, self.brokers) if self.target == "broker" else 0,
+            clean=rng.random() < 0.5 if self.kind == "damage" else True,
+            damage_seed=rng.randrange(1 << 30) if self.kind == "damage" else 0)
 
     def _rolling(self, rng: random.Random, duration_s: float) -> list[Window]:
         """Each broker stopped and restarted once, in a seeded order, evenly over the run."""
@@ -165,6 +177,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in (
     Scenario("injected-errors", "test-only request hooks on a partition's leader: Produce "
              "answered NOT_LEADER_OR_FOLLOWER and Fetch delayed, a few times each", "inject",
              "leader", request_hooks=True),
+    Scenario("storage-damage", "stop or SIGKILL a broker, damage one of its files (bits "
+             "flipped, a page zeroed, a segment cut short, an index or a checkpoint broken), "
+             "start it again: it must serve no corrupt byte and repair from the intact replicas",
+             "damage", "broker", local_only=True, fault_s=(2.0, 3.5), gap_s=(3.0, 5.0)),
     Scenario("slow-follower", "delay a follower's packets by 100-400 ms, heal later", "slow",
              "follower", network=True),
 )}

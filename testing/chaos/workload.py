@@ -59,6 +59,7 @@ class Workload:
         self.producing = threading.Event()
         self.errors: list[str] = []
         self.error_count = 0
+        self.corrupt_count = 0  # errors saying a batch's CRC failed (a corrupt byte served)
         self._lock = threading.Lock()
         self._seen: set[bytes] = set()  # values the group's consumers polled
         self._wanted: set[bytes] | None = None  # set by drain: the final log's values
@@ -90,6 +91,8 @@ class Workload:
     def error(self, who: str, exc: BaseException | str) -> None:
         with self._lock:
             self.error_count += 1
+            if _is_corrupt(exc):
+                self.corrupt_count += 1
             if len(self.errors) < ERRORS_KEPT:
                 self.errors.append(f"{who}: {exc!r}" if isinstance(exc, BaseException)
                                    else f"{who}: {exc}")
@@ -159,6 +162,13 @@ class Workload:
         {"ours": _run_async(_consume_ours), "aiokafka": _run_async(_consume_aiokafka),
          "confluent": _consume_confluent, "kafka-python": _consume_kafka_python,
          }[self.client](self, name, stop)
+
+
+def _is_corrupt(exc: BaseException | str) -> bool:
+    """An error that says a fetched batch was corrupt (ours: CorruptMessageError; the other
+    clients name it CORRUPT_MESSAGE or say its CRC failed)."""
+    text = f"{type(exc).__name__} {exc}" if isinstance(exc, BaseException) else exc
+    return "CorruptMessage" in text or "CORRUPT_MESSAGE" in text or "CRC" in text
 
 
 def _run_async(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:

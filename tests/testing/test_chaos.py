@@ -131,6 +131,10 @@ def test_list_and_bad_arguments_from_the_command_line() -> None:
                           "kill-leader", "--duration", "soon"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "duration 'soon'" in bad.stderr
+    elsewhere = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
+                                "storage-damage", "--target", "compose"], capture_output=True,
+                               text=True, timeout=60)
+    assert elsewhere.returncode == 2 and "local target only" in elsewhere.stderr, elsewhere
     try:
         import epochlog.testing.compose_cluster  # noqa: F401
     except ModuleNotFoundError:

@@ -1,0 +1,135 @@
+"""Seeded damage to a stopped broker's data dir: what a bad disk, a torn write or a lost page does.
+
+`damage(data_dir, topic, rng)` picks one kind of damage and one file of the topic's partitions
+(or a checkpoint at the top of the data dir), applies it, fsyncs it and says what it did, naming
+the file and the bytes. The same files and the same `random.Random` state give the same damage.
+
+Kinds, and what the broker must make of each (docs/storage-faults.md):
+- `flip`: 1 to 8 bits flipped at random places of a segment (a failing medium). A batch whose CRC
+  fails is found at open (after a crash, past the recovery point) or on read, and the replica is
+  cut before it and repaired from a healthy one;
+- `zero-page`: a 4 KiB page of a segment zeroed (a lost page): the same, over a whole page;
+- `truncate`: a segment cut short at a random length (a torn write, or a lost tail);
+- `index`: an offset or time index with bytes flipped or cut short: indexes are rebuilt when
+  they do not agree with their segment, and are never trusted past it;
+- `epoch-checkpoint`: a partition's `leader-epoch-checkpoint` cut short, zeroed or filled with
+  garbage: a checkpoint that does not parse is rebuilt from the batches;
+- `offset-checkpoint`: one of the data dir's offset checkpoints (high watermarks, recovery
+  points, log start offsets) cut short, zeroed or filled with garbage: read as absent, and the
+  safe choice made (recover whole logs; the leader re-learns the high watermark).
+
+Checkpoints are damaged so that they do not parse, never into other plausible numbers: Kafka's
+text checkpoints carry no checksum (nor do ours, which keep its layout), so a digit changed into
+another digit cannot be told from the truth, by Kafka or by us.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import BinaryIO
+
+KINDS = ("flip", "zero-page", "truncate", "index", "epoch-checkpoint", "offset-checkpoint")
+OFFSET_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
+                      "log-start-offset-checkpoint")
+PAGE = 4096
+FLIPS_MAX = 8
+
+
+def damage(data_dir: Path, topic: str, rng: random.Random, kind: str | None = None) -> str:
+    """Damage one file of a stopped broker's data dir; what was done, naming the file. `kind`
+    (one of KINDS) or one chosen by rng; a kind with no file to damage here (an empty segment,
+    no checkpoint yet) falls back to the next kind that has one."""
+    if kind is not None and kind not in KINDS:
+        raise ValueError(f"damage kind {kind!r}: one of {', '.join(KINDS)}")
+    first = KINDS.index(kind) if kind is not None else rng.randrange(len(KINDS))
+    for i in range(len(KINDS)):
+        chosen = KINDS[(first + i) % len(KINDS)]
+        files = _candidates(data_dir, topic, chosen)
+        if files:
+            return _apply(chosen, rng.choice(files), rng)
+    return f"nothing to damage in {data_dir} (no file of {topic!r} with data)"
+
+
+def _partition_dirs(data_dir: Path, topic: str) -> list[Path]:
+    prefix = f"{topic}-"
+    return sorted(p for p in data_dir.iterdir()
+                  if p.is_dir() and p.name.startswith(prefix) and p.name[len(prefix):].isdigit())
+
+
+def _candidates(data_dir: Path, topic: str, kind: str) -> list[Path]:
+    if kind == "offset-checkpoint":
+        return [data_dir / name for name in OFFSET_CHECKPOINTS if (data_dir / name).is_file()]
+    found: list[Path] = []
+    for d in _partition_dirs(data_dir, topic):
+        if kind == "epoch-checkpoint":
+            found += [f for f in [d / "leader-epoch-checkpoint"] if f.is_file()]
+        elif kind == "index":
+            found += [f for f in sorted(d.glob("*.index")) + sorted(d.glob("*.timeindex"))
+                      if f.stat().st_size > 0]
+        else:
+            found += [f for f in sorted(d.glob("*.log")) if f.stat().st_size > 0]
+    return found
+
+
+def _apply(kind: str, path: Path, rng: random.Random) -> str:
+    size = path.stat().st_size
+    if kind == "flip":
+        spots = sorted({rng.randrange(size) for _ in range(rng.randint(1, FLIPS_MAX))})
+        with open(path, "r+b") as f:
+            for spot in spots:
+                f.seek(spot)
+                byte = f.read(1)[0]
+                f.seek(spot)
+                f.write(bytes([byte ^ (1 << rng.randrange(8))]))
+            _sync(f)
+        return f"flipped a bit at byte(s) {', '.join(map(str, spots))} of {path}"
+    if kind == "zero-page":
+        start = rng.randrange(max(1, (size + PAGE - 1) // PAGE)) * PAGE
+        length = min(PAGE, size - start)
+        _write_at(path, start, bytes(length))
+        return f"zeroed bytes {start}-{start + length - 1} of {path}"
+    if kind == "truncate" or (kind == "index" and rng.random() < 0.5):
+        keep = rng.randrange(size)
+        os.truncate(path, keep)
+        _sync_path(path)
+        return f"cut {path} from {size} to {keep} bytes"
+    if kind == "index":
+        spot = rng.randrange(size)
+        length = min(rng.randint(1, 8), size - spot)
+        _write_at(path, spot, rng.randbytes(length))
+        return f"overwrote bytes {spot}-{spot + length - 1} of {path} with random bytes"
+    # a checkpoint: never into other plausible numbers (see the module's notes)
+    how = rng.choice(("cut", "zeroed", "garbage"))
+    if how == "cut":
+        # never inside a number, which would leave a smaller one that parses: the cut ends at
+        # a separator, so that a line is left incomplete or the entry count does not match
+        text = path.read_bytes()[:rng.randrange(size)].rstrip(b"0123456789")
+        path.write_bytes(text)
+    elif how == "zeroed":
+        path.write_bytes(bytes(size))
+    else:
+        path.write_bytes(b"\xff garbage \x00" * max(1, size // 12))
+    _sync_path(path)
+    return f"{how} {path} (was {size} bytes)"
+
+
+def _write_at(path: Path, position: int, data: bytes) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        f.write(data)
+        _sync(f)
+
+
+def _sync(f: BinaryIO) -> None:
+    f.flush()
+    os.fsync(f.fileno())
+
+
+def _sync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
