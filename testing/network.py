@@ -74,6 +74,26 @@ def _ephemeral_range() -> tuple[int, int]:
         return 32768, 60999
 
 
+def _worker_share(start: int, end: int) -> tuple[int, int]:
+    """This pytest-xdist worker's slice of ports start..end (all of them outside xdist), so
+    that two workers never hand out the same port: one worker's broker, down for a restart,
+    keeps its port."""
+    try:
+        index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
+        count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
+    except (KeyError, ValueError):
+        return start, end
+    size = (end - start + 1) // max(count, 1)
+    return start + index * size, start + (index + 1) * size - 1
+
+
+def port_span() -> tuple[int, int]:
+    """The ports free_port draws from below the ephemeral range, in this process (for callers
+    that need a run of consecutive free ports)."""
+    low, _ = _ephemeral_range()
+    return _worker_share(10000, low - 1)
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port nobody listens on now, outside the kernel's ephemeral range, not handed out before.
 
@@ -86,6 +106,7 @@ def free_port(host: str = LOOPBACK) -> int:
     candidates = [(10000, low - 1)] if low > 11000 else []
     if high < 64535:
         candidates.append((high + 1, 65535))
+    candidates = [_worker_share(start, end) for start, end in candidates]
     for _ in range(200):
         if not candidates:
             break

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from epochlog.testing import netns
+from epochlog.testing.network import port_span
 from epochlog.testing.nodes import epochlog_command
 from epochlog.testing.processes import Process, process_state
 
@@ -30,7 +31,8 @@ WAIT_S = 60.0
 def free_port_base() -> int:
     """A base P with P, P+1, P+2 and P+100 all free on 127.0.0.1."""
     for _ in range(50):
-        base = random.randrange(10000, 32600)  # below the kernel's ephemeral range (32768-)
+        start, end = port_span()  # below the kernel's ephemeral range, this worker's share
+        base = random.randrange(start, end - 100)
         try:
             for port in (base, base + 1, base + 2, base + 100):
                 with socket.socket() as s:
