@@ -208,7 +208,54 @@ class Segment:
         """Whole batches from the one holding offset: as many as fit in bytes_max, but at least
         one; none that start at or after offset_max. Each batch is CRC-checked: the intact
         batches before a bad one are returned, and a read that starts at a bad batch raises
-        CorruptLog naming the file, position and offset (never a corrupt byte served)."""
+        CorruptLog naming the file, position and offset (never a corrupt byte served). A bad
+        batch that only an index entry pointing inside a batch made (the log is whole) is not
+        the log's damage: the indexes are rebuilt and the read done again."""
+        try:
+            return self._read(offset, bytes_max, offset_max)
+        except CorruptLog:
+            if not self._index_misleads(offset):
+                raise
+        self.rebuild_indexes()
+        return self._read(offset, bytes_max, offset_max)
+
+    def _index_misleads(self, offset: int) -> bool:
+        """Whether the offset index's entry for offset names a position where no batch with
+        that last offset starts, the batches from the segment's start being whole up to there.
+        False when the index was not used (position 0) or the batches themselves do not parse:
+        then the damage is the log's."""
+        entry, position = self.offset_index.lookup(offset)
+        if position == 0:
+            return False
+        try:
+            for pos, header in self.headers(0):
+                if pos >= position:
+                    return pos != position or header.last_offset != entry
+        except CorruptLog:
+            return False
+        return True  # past the last batch
+
+    def rebuild_indexes(self) -> None:
+        """Both indexes again from the batches' headers, the file untouched (an index found
+        pointing where no batch starts; the log was checked whole up to there)."""
+        log.warning("%s: its offset index points where no batch starts; rebuilding both "
+                    "indexes from the batches", self.log_path)
+        size = self.size_bytes
+        found = list(self.headers(0))
+        self.offset_index.reset()
+        self.time_index.reset()
+        self._reset_stats()
+        self.size_bytes = size
+        for pos, header in found:
+            self._track(header, pos)
+        self.dirty = True
+        try:  # now: a log flushes only the segments from its recovery point on
+            self.offset_index.write_out()
+            self.time_index.write_out()
+        except OSError as exc:  # the entries held here serve reads; the next open rescans
+            log.warning("%s: writing the rebuilt indexes failed: %s", self.log_path, exc)
+
+    def _read(self, offset: int, bytes_max: int, offset_max: int | None) -> bytes:
         found = self.find(offset)
         if found is None:
             return b""
@@ -237,9 +284,21 @@ class Segment:
 
     def find_by_timestamp(self, timestamp_ms: int, offset_min: int
                           ) -> tuple[int, BatchHeader] | None:
-        """The first batch at or after offset_min whose max timestamp reaches timestamp_ms."""
+        """The first batch at or after offset_min whose max timestamp reaches timestamp_ms
+        (an offset index that misleads rebuilt, as for read)."""
         _, offset = self.time_index.lookup(timestamp_ms)
-        entry, position = self.offset_index.lookup(max(offset, offset_min))
+        try:
+            return self._find_by_timestamp(timestamp_ms, max(offset, offset_min), offset_min)
+        except CorruptLog:
+            if not self._index_misleads(max(offset, offset_min)):
+                raise
+        self.rebuild_indexes()
+        _, offset = self.time_index.lookup(timestamp_ms)
+        return self._find_by_timestamp(timestamp_ms, max(offset, offset_min), offset_min)
+
+    def _find_by_timestamp(self, timestamp_ms: int, start: int, offset_min: int
+                           ) -> tuple[int, BatchHeader] | None:
+        entry, position = self.offset_index.lookup(start)
         for pos, header in self.headers(position, entry):
             if header.last_offset >= offset_min and header.max_timestamp >= timestamp_ms:
                 return pos, header

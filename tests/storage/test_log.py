@@ -303,3 +303,34 @@ def test_clean_reopen_keeps_everything(tmp_path):
     assert (read_all(again), again.epoch_cache.entries, again.offset_for_timestamp(1010)) == before
     assert [s.offset_index.entries() for s in again.segments] == \
         [s.offset_index.entries() for s in log.segments]
+
+
+def test_an_index_entry_pointing_inside_a_batch_is_rebuilt_not_taken_for_damage(tmp_path, caplog):
+    """An offset index entry in range and in order, but pointing inside a batch (a damaged
+    index the open's checks cannot see): the read finds no batch there, checks the batches from
+    the segment's start, which are whole, and rebuilds the indexes instead of reporting the log
+    corrupt (which would cut it, and, with no other replica, lose what follows)."""
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)  # the first rolls
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(40):
+        log.append_as_leader(make_batch(1, value_bytes=100, tag=tag), leader_epoch=0)
+    assert len(log._segments) > 1  # the damaged index is a rolled segment's, trusted at open
+    before = read_all(log)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    index = tmp_path / "t-0" / f"{0:020d}.index"
+    entries = index.read_bytes()
+    assert len(entries) >= 3 * 8, "the test needs a few index entries"
+    relative, position = int.from_bytes(entries[8:12], "big"), int.from_bytes(entries[12:16], "big")
+    index.write_bytes(entries[:12] + (position + 7).to_bytes(4, "big") + entries[16:])
+
+    with caplog.at_level(logging.WARNING):
+        log = open_log(tmp_path / "t-0", config, recovery_point=end)
+        assert "failed their checks" not in caplog.text  # the open trusts the index
+        assert read_all(log) == before
+        assert log.read(relative, 1 << 20)  # the offset of the entry itself
+    assert "its offset index points where no batch starts" in caplog.text
+    assert index.read_bytes()[12:16] == position.to_bytes(4, "big")  # written out again
+    log.close()
