@@ -10,8 +10,10 @@ Kinds, and what the broker must make of each (docs/storage-faults.md):
   cut before it and repaired from a healthy one;
 - `zero-page`: a 4 KiB page of a segment zeroed (a lost page): the same, over a whole page;
 - `truncate`: a segment cut short at a random length (a torn write, or a lost tail);
-- `index`: an offset or time index with bytes flipped or cut short: indexes are rebuilt when
-  they do not agree with their segment, and are never trusted past it;
+- `index`: an offset or time index with bytes overwritten or cut short, or an offset index
+  entry moved inside its batch (in range and in order, so an open cannot see it): indexes are
+  rebuilt when they do not agree with their segment, at open or when a read through them fails
+  where the batches are whole;
 - `epoch-checkpoint`: a partition's `leader-epoch-checkpoint` cut short, zeroed or filled with
   garbage: a checkpoint that does not parse is rebuilt from the batches;
 - `offset-checkpoint`: one of the data dir's offset checkpoints (high watermarks, recovery
@@ -90,6 +92,8 @@ def _apply(kind: str, path: Path, rng: random.Random) -> str:
         length = min(PAGE, size - start)
         _write_at(path, start, bytes(length))
         return f"zeroed bytes {start}-{start + length - 1} of {path}"
+    if kind == "index" and path.suffix == ".index" and size >= 16 and rng.random() < 0.4:
+        return _shift_entry(path, size, rng)
     if kind == "truncate" or (kind == "index" and rng.random() < 0.5):
         keep = rng.randrange(size)
         os.truncate(path, keep)
@@ -113,6 +117,21 @@ def _apply(kind: str, path: Path, rng: random.Random) -> str:
         path.write_bytes(b"\xff garbage \x00" * max(1, size // 12))
     _sync_path(path)
     return f"{how} {path} (was {size} bytes)"
+
+
+def _shift_entry(path: Path, size: int, rng: random.Random) -> str:
+    """One offset index entry (4-byte relative offset, 4-byte position) moved a few bytes on,
+    inside its batch, still in range and in order: the damage an open's checks cannot see."""
+    data = path.read_bytes()
+    entries = size // 8
+    i = rng.randrange(entries)
+    position = int.from_bytes(data[i * 8 + 4:i * 8 + 8], "big")
+    limit = int.from_bytes(data[i * 8 + 12:i * 8 + 16], "big") if i + 1 < entries else None
+    shift = rng.randint(1, 7)
+    if limit is not None and position + shift >= limit:
+        shift = max(0, limit - position - 1)
+    _write_at(path, i * 8 + 4, (position + shift).to_bytes(4, "big"))
+    return f"overwrote entry {i} of {path}: position {position} moved to {position + shift}"
 
 
 def _write_at(path: Path, position: int, data: bytes) -> None:
