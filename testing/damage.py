@@ -96,8 +96,9 @@ def _apply(kind: str, path: Path, rng: random.Random) -> str:
         return _shift_entry(path, size, rng)
     if kind == "truncate" or (kind == "index" and rng.random() < 0.5):
         keep = rng.randrange(size)
-        os.truncate(path, keep)
-        _sync_path(path)
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+            _sync(f)
         return f"cut {path} from {size} to {keep} bytes"
     if kind == "index":
         spot = rng.randrange(size)
@@ -109,13 +110,14 @@ def _apply(kind: str, path: Path, rng: random.Random) -> str:
     if how == "cut":
         # never inside a number, which would leave a smaller one that parses: the cut ends at
         # a separator, so that a line is left incomplete or the entry count does not match
-        text = path.read_bytes()[:rng.randrange(size)].rstrip(b"0123456789")
-        path.write_bytes(text)
+        data = path.read_bytes()[:rng.randrange(size)].rstrip(b"0123456789")
     elif how == "zeroed":
-        path.write_bytes(bytes(size))
+        data = bytes(size)
     else:
-        path.write_bytes(b"\xff garbage \x00" * max(1, size // 12))
-    _sync_path(path)
+        data = b"\xff garbage \x00" * max(1, size // 12)
+    with open(path, "wb") as f:
+        f.write(data)
+        _sync(f)
     return f"{how} {path} (was {size} bytes)"
 
 
@@ -145,10 +147,3 @@ def _sync(f: BinaryIO) -> None:
     f.flush()
     os.fsync(f.fileno())
 
-
-def _sync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
