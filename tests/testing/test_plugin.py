@@ -106,8 +106,9 @@ def test_an_interrupted_session_still_stops_its_clusters(tmp_path: Path, sig: in
     teardown runs (the broker shuts down cleanly) and the children are gone when the session
     ends."""
     (tmp_path / "test_sleeping.py").write_text(SLEEPING)
-    inner = subprocess.Popen([sys.executable, "-m", "pytest", "-q", "-s", "-p",
-                              "no:cacheprovider", "test_sleeping.py"], cwd=tmp_path,
+    # -X faulthandler: should the session not end, SIGABRT makes it print every thread's stack
+    inner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "pytest", "-q", "-s",
+                              "-p", "no:cacheprovider", "test_sleeping.py"], cwd=tmp_path,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert inner.stdout is not None
@@ -118,7 +119,14 @@ def test_an_interrupted_session_still_stops_its_clusters(tmp_path: Path, sig: in
         else:
             raise AssertionError("the inner test never started its cluster")
         inner.send_signal(sig)
-        rest, _ = inner.communicate(timeout=WAIT_S)
+        try:
+            rest, _ = inner.communicate(timeout=WAIT_S)
+        except subprocess.TimeoutExpired:
+            inner.send_signal(signal.SIGABRT)
+            stacks, _ = inner.communicate(timeout=WAIT_S)
+            raise AssertionError(f"the session did not end {WAIT_S:.0f}s after signal {sig}; "
+                                 f"what it printed, then its threads:\n{stacks[-20000:]}"
+                                 ) from None
     finally:
         if inner.poll() is None:
             inner.kill()
