@@ -234,9 +234,13 @@ class IsrManager:
         then = "adopting the controller's state" if adopted else (
             "waiting for the controller's LeaderAndIsr" if error in SUPERSEDED else
             "keeping the ISR we hold")
-        # INELIGIBLE_REPLICA is the expected race with a member that is shutting down, restarting
-        # or whose log went offline: said, not warned about.
-        level = logging.INFO if error == E.INELIGIBLE_REPLICA else logging.WARNING
+        # Expected races, said and not warned about (Kafka logs them below WARN too):
+        # INELIGIBLE_REPLICA, with a member that is shutting down, restarting or whose log went
+        # offline; FENCED_LEADER_EPOCH and INVALID_UPDATE_VERSION, the controller having changed
+        # the partition meanwhile (brokers registering one after another in a restart of the
+        # whole cluster change the partitions' epochs while their leaders propose ISRs).
+        expected = error == E.INELIGIBLE_REPLICA or error in SUPERSEDED
+        level = logging.INFO if expected else logging.WARNING
         log.log(level, "%s: AlterPartition to %s (leader epoch %d, partition epoch %d) refused: "
                 "%s; %s", partition.name, list(proposal.isr), proposal.leader_epoch,
                 proposal.partition_epoch, name_of(error), then)

@@ -100,16 +100,25 @@ def test_waits_to_be_interrupted(epochlog_cluster):
 '''
 
 
+SIGINT_AS_A_TERMINAL = ("import signal, sys, pytest; "
+                        "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                        "sys.exit(pytest.console_main())")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_session_still_stops_its_clusters(tmp_path: Path, sig: int) -> None:
     """Ctrl-C (SIGINT) or a CI timeout (SIGTERM) in the middle of a test: the fixture's
     teardown runs (the broker shuts down cleanly) and the children are gone when the session
     ends."""
     (tmp_path / "test_sleeping.py").write_text(SLEEPING)
-    # -X faulthandler: should the session not end, SIGABRT makes it print every thread's stack
-    inner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "pytest", "-q", "-s",
-                              "-p", "no:cacheprovider", "test_sleeping.py"], cwd=tmp_path,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # The inner session takes Ctrl-C as a terminal gives it, whatever this process inherited (a
+    # test run started in the background by a non-interactive shell ignores SIGINT, and Python
+    # then installs no handler for it in its children). -X faulthandler: should the session
+    # not end, SIGABRT makes it print every thread's stack.
+    inner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", SIGINT_AS_A_TERMINAL,
+                              "-q", "-s", "-p", "no:cacheprovider", "test_sleeping.py"],
+                             cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
     try:
         assert inner.stdout is not None
         for line in inner.stdout:
