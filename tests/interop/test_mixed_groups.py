@@ -399,15 +399,17 @@ class ConfluentKafka(SyncMember):
         if self.instance_id is not None:
             config["group.instance.id"] = self.instance_id
         self.c = confluent.Consumer(config)
+        self.closing = False
 
         def on_assign(consumer: Any, partitions: list[Any]) -> None:
             self._owned("+", (tp.partition for tp in partitions))
 
         def on_revoke(consumer: Any, partitions: list[Any]) -> None:
-            try:
-                self.commit_now()
-            except Exception as exc:  # noqa: BLE001 - reported by close()
-                self._failed(exc)
+            if not self.closing:  # closing: committed just before, nothing polled since
+                try:
+                    self.commit_now()
+                except Exception as exc:  # noqa: BLE001 - reported by close()
+                    self._failed(exc)
             self._owned("-", (tp.partition for tp in partitions))
 
         def on_lost(consumer: Any, partitions: list[Any]) -> None:
@@ -436,6 +438,10 @@ class ConfluentKafka(SyncMember):
                 raise
 
     def close_client(self) -> None:
+        # close() revokes the assignment through on_revoke; a commit from there can fail with
+        # _DESTROY ("Broker handle destroyed for termination") on a loaded machine, and there is
+        # nothing left to commit: the loop committed just before, and nothing was polled since.
+        self.closing = True
         self.c.close()
 
     def member_id(self) -> str:
