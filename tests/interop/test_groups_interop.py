@@ -24,8 +24,12 @@ confluent = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 aiokafka = pytest.importorskip("aiokafka")
 
+# A first join waits 1 s for others (Kafka's group.initial.rebalance.delay.ms, 3 s by default):
+# with none, on a loaded machine kafka-python 3.0.12's first JoinGroup could still beat its own
+# topic metadata, rejoin at once, and then never install that rejoin's assignment (see
+# KafkaPython's notes): its session expired and its commit failed with RebalanceInProgressError.
 BROKER_ARGS = ("--set", "offsets_topic_num_partitions=5",
-               "--set", "group_initial_rebalance_delay_ms=0",
+               "--set", "group_initial_rebalance_delay_ms=1000",
                "--set", "group_min_session_timeout_ms=1000")
 PARTITIONS = 4
 BATCH = 200
@@ -85,16 +89,38 @@ class KafkaPython:
         # (Java's poll checks rejoinNeededOrPending(): a join in flight counts.)
         assert self.c.partitions_for_topic(topic), f"kafka-python sees no partitions of {topic}"
         self.c.subscribe([topic])
+        self.topic = topic
+        self.next: dict[int, int] = {}  # partition -> offset after the last record returned
 
     def poll(self) -> list[tuple[int, bytes]]:
         got = self.c.poll(timeout_ms=int(POLL_S * 1000))
+        for records in got.values():
+            for r in records:
+                self.next[r.partition] = max(self.next.get(r.partition, 0), r.offset + 1)
         return [(r.partition, r.value) for records in got.values() for r in records]
 
     def assigned(self) -> set[int]:
         return {tp.partition for tp in self.c.assignment()}
 
     def commit(self) -> None:
-        self.c.commit()
+        """What was read, as explicit offsets. The same race the constructor's notes describe
+        can still rejoin the group (the broker logs "the leader rejoined") just after the
+        records were read, and kafka-python refuses a commit until its poll has finished that
+        rebalance (RebalanceInProgressError, "calling poll() and then retry"). Committing its
+        positions then would be wrong: the rebalance reset them to the committed offsets
+        (none: the earliest), so the records a retry's poll returns are ones already read, and
+        are dropped."""
+        offsets = {kafka.TopicPartition(self.topic, p): kafka.OffsetAndMetadata(o, "", -1)
+                   for p, o in self.next.items()}
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                self.c.commit(offsets)
+                return
+            except kafka.errors.RebalanceInProgressError:
+                if time.monotonic() > deadline:
+                    raise
+                self.c.poll(timeout_ms=int(POLL_S * 1000))
 
     def close(self) -> None:
         self.c.close()
