@@ -126,10 +126,18 @@ async def test_acks_deliver_every_record_once(cluster: Cluster, acks: Any) -> No
         metas = [await f for f in futures]
     if acks == 0:
         assert {m.offset for m in metas} == {-1}, "acks=0: the broker never says where"
-    else:
+    elif acks == "all":  # idempotent: in order, whatever was retried
         assert [m.offset for m in metas] == list(range(count))
+    else:
+        # Without idempotence a retried batch may land after a later one that was in flight
+        # beside it (Kafka's max.in.flight.requests.per.connection note): seen on a loaded
+        # machine when the first Produce reached the new topic's leader before it led. Once
+        # each, then, and the order as the offsets say.
+        assert sorted(m.offset for m in metas) == list(range(count))
     rows = read_back(cluster.bootstrap, topic, 1, count)
-    assert [v for *_, v, _, _ in rows] == [b"%d" % i for i in range(count)]
+    by_offset = sorted(range(count), key=lambda i: metas[i].offset)
+    expected = range(count) if acks == 0 else by_offset
+    assert [v for *_, v, _, _ in rows] == [b"%d" % i for i in expected]
 
 
 async def test_back_pressure_bounds_the_buffer(cluster: Cluster) -> None:
