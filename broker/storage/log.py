@@ -163,7 +163,7 @@ class Log:
         recovered = self._load_segments(recovery_point, log_start_offset, clean_shutdown, swapped)
         self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
         self._load_epoch_cache()
-        self.producer_state.update_all(self._headers_from(self.log_start_offset))
+        self._load_producer_state()
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset)
         if recovered or not clean_shutdown:
@@ -172,6 +172,20 @@ class Log:
                  self.log_start_offset, self.log_end_offset, len(self._segments),
                  "clean" if clean_shutdown else f"recovered from offset {recovery_point}")
         return self
+
+    def _load_producer_state(self) -> None:
+        """Producer state from every batch header. After a clean shutdown the segments were
+        trusted as far as their indexes go, so this scan may be the first to reach a damaged
+        header: the log is cut there, as recovery cuts at a bad batch (a cut below the
+        checkpointed high watermark makes the data dir start this replica offline, to be
+        repaired from a healthy one: LogManager.cut_at_open), instead of failing the open and
+        with it the whole broker."""
+        try:
+            self.producer_state.update_all(self._headers_from(self.log_start_offset))
+        except CorruptLog as exc:
+            cut = exc.cut_offset if exc.cut_offset is not None else self.log_start_offset
+            log.warning("%s: %s; cutting the log at offset %d", self.directory, exc, cut)
+            self.truncate_to(cut, "the open found a batch header that does not parse")
 
     def _remove_strays(self) -> None:
         names = os.listdir(self.directory)

@@ -154,11 +154,16 @@ class Segment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is at or above offset; bytes removed.
-        A batch holding offset goes whole, so the segment ends at a batch boundary."""
-        found = self.find(offset)
-        if found is None:
+        A batch holding offset goes whole, so the segment ends at a batch boundary. Where the
+        headers stop parsing at or before that batch (the cut that removes damage), the
+        segment ends where the whole batches before the damage end."""
+        try:
+            found = self.find(offset)
+            position = found[0] if found is not None else None
+        except CorruptLog:
+            position = self._end_of_whole_batches(offset)
+        if position is None:
             return 0
-        position = found[0]
         removed = self.size_bytes - position
         os.ftruncate(self._fd, position)
         self.offset_index.truncate_to(offset)
@@ -166,6 +171,19 @@ class Segment:
         self._rescan_after_last_index_entry(position)
         os.fsync(self._fd)  # a cut must be durable before new batches land on the same bytes
         return removed
+
+    def _end_of_whole_batches(self, offset: int) -> int:
+        """Where the batch holding offset starts, or, if a header at or before it does not
+        parse, where the batches before that header end (scanning from the segment's start)."""
+        end = 0
+        try:
+            for pos, header in self.headers(0):
+                if header.last_offset >= offset:
+                    return pos
+                end = pos + header.size
+        except CorruptLog:
+            pass
+        return end
 
     # --- reading ---
 

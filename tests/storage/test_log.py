@@ -334,3 +334,35 @@ def test_an_index_entry_pointing_inside_a_batch_is_rebuilt_not_taken_for_damage(
     assert "its offset index points where no batch starts" in caplog.text
     assert index.read_bytes()[12:16] == position.to_bytes(4, "big")  # written out again
     log.close()
+
+
+def test_a_damaged_header_behind_the_indexes_is_cut_at_a_clean_open(tmp_path, caplog):
+    """After a clean shutdown a rolled segment is trusted as far as its index goes; the
+    producer-state scan of the open is the first to read a header damaged there. The log is
+    cut before it (the caller sees a log end below its high watermark, and repairs), instead
+    of the open failing and with it the broker (seen in the storage-fault campaign: the broker
+    could not start again, ever)."""
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(40):
+        log.append_as_leader(make_batch(1, value_bytes=100, tag=tag), leader_epoch=0)
+    assert len(log._segments) > 1
+    batches = read_all(log)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    victim = 5  # the sixth batch of the first segment: behind its index's last entry
+    position = sum(len(data) for _, data in batches[:victim])
+    with open(segment, "r+b") as f:
+        f.seek(position + 16)  # the magic byte and what follows: the header does not parse
+        f.write(b"\x00" * 8)
+
+    with caplog.at_level(logging.WARNING):
+        log = open_log(tmp_path / "t-0", config, recovery_point=end)
+    assert log.log_end_offset == batches[victim][0]
+    assert read_all(log) == batches[:victim]
+    assert "cutting the log at offset" in caplog.text
+    log.close()
+
