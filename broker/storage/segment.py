@@ -174,13 +174,14 @@ class Segment:
 
     def _end_of_whole_batches(self, offset: int) -> int:
         """Where the batch holding offset starts, or, if a header at or before it does not
-        parse, where the batches before that header end (scanning from the segment's start)."""
-        end = 0
+        parse or is out of sequence, where the batches before it end (scanning from the
+        segment's start)."""
+        end, expected = 0, self.base_offset
         try:
             for pos, header in self.headers(0):
-                if header.last_offset >= offset:
+                if header.last_offset >= offset or not self._follows(header, expected):
                     return pos
-                end = pos + header.size
+                end, expected = pos + header.size, header.next_offset
         except CorruptLog:
             pass
         return end
@@ -214,12 +215,27 @@ class Segment:
             cut = header.next_offset
 
     def find(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """Position and header of the first batch whose last offset is at or above offset."""
+        """Position and header of the first batch whose last offset is at or above offset.
+        The batches walked must follow each other: the one the index names ends at the
+        entry's offset (or the segment's first starts at its base offset), each next one starts
+        where the one before ended (or later, where offset gaps are allowed). A header out of
+        sequence (a damaged base offset: it lies outside the CRC) raises CorruptLog, so that no
+        batch is ever served, or skipped, as if it held other offsets."""
         entry, position = self.offset_index.lookup(offset)
         assert position <= self.size_bytes, f"{self.log_path}: index points past the segment"
+        expected = self.base_offset if position == 0 else None
         for pos, header in self.headers(position, entry):
+            if expected is None and header.last_offset != entry:
+                raise CorruptLog(f"{self.log_path} at position {pos}: a batch ending at offset "
+                                 f"{header.last_offset} where the index says {entry}",
+                                 cut_offset=entry)
+            if expected is not None and not self._follows(header, expected):
+                raise CorruptLog(f"{self.log_path} at position {pos}: a batch at offset "
+                                 f"{header.base_offset} where {expected} was expected",
+                                 cut_offset=expected)
             if header.last_offset >= offset:
                 return pos, header
+            expected = header.next_offset
         return None
 
     def read(self, offset: int, bytes_max: int, offset_max: int | None = None) -> bytes:
@@ -245,10 +261,14 @@ class Segment:
         entry, position = self.offset_index.lookup(offset)
         if position == 0:
             return False
+        expected = self.base_offset
         try:
             for pos, header in self.headers(0):
+                if not self._follows(header, expected):
+                    return False  # a batch out of sequence: the log's damage
                 if pos >= position:
                     return pos != position or header.last_offset != entry
+                expected = header.next_offset
         except CorruptLog:
             return False
         return True  # past the last batch
@@ -421,6 +441,12 @@ class Segment:
         if not self.can_hold_offset(header.last_offset):
             return f"offset {header.last_offset} does not fit segment {self.base_offset}"
         return None
+
+    def _follows(self, header: BatchHeader, expected: int) -> bool:
+        """The batch starts where the one before ended (or later, gaps allowed), or holds that
+        offset (a log whose start fell inside a batch a follower then fetched whole)."""
+        return (self._offset_fits(header.base_offset, expected)
+                or header.base_offset <= expected <= header.last_offset)
 
     def _offset_fits(self, base_offset: int, next_offset: int) -> bool:
         if self.offset_gaps_allowed:

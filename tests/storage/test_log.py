@@ -19,7 +19,7 @@ from epochlog.broker.storage import (
     RecordTooLarge,
     StaleLeaderEpoch,
 )
-from epochlog.broker.storage.errors import DuplicateSequence
+from epochlog.broker.storage.errors import CorruptLog, DuplicateSequence
 from epochlog.protocol.batch import check_all, read_header
 
 from .helpers import FakeClock, make_batch, open_log, read_all
@@ -366,3 +366,26 @@ def test_a_damaged_header_behind_the_indexes_is_cut_at_a_clean_open(tmp_path, ca
     assert "cutting the log at offset" in caplog.text
     log.close()
 
+
+
+def test_a_batch_whose_base_offset_is_damaged_is_refused_not_served_as_other_offsets(tmp_path):
+    """A bit flipped in a batch's base offset (outside the CRC) made it claim offsets far
+    ahead; the read at its real offset answered nothing, as if at the log end, and consumers
+    waited for ever (the storage-fault campaign, seed 141). The batches must follow each
+    other: the read raises CorruptLog at the expected offset, and a cut there removes it."""
+    log = open_log(tmp_path / "t-0")
+    for tag in range(6):
+        log.append_as_leader(make_batch(1, tag=tag), leader_epoch=0)
+    batches = read_all(log)
+    log.flush()
+    position = sum(len(data) for _, data in batches[:3])
+    segment = tmp_path / "t-0" / f"{0:020d}.log"
+    with open(segment, "r+b") as f:
+        f.seek(position + 1)  # the base offset's second byte: offset 3 becomes 2**48 + 3
+        f.write(b"\x01")
+    with pytest.raises(CorruptLog) as raised:
+        log.read(3, 1 << 20)
+    assert raised.value.cut_offset == 3
+    assert log.read(0, 1 << 20)  # the batches before it are served
+    log.truncate_to(3, "test")
+    assert read_all(log) == batches[:3]
