@@ -189,10 +189,7 @@ class Consumer(confluent_kafka.Consumer):
             self._changed({(tp.topic, tp.partition) for tp in partitions}, set())
 
     def _changed(self, revoked: set[tuple[str, int]], assigned: set[tuple[str, int]]) -> None:
-        if revoked:
-            self.history.record_rebalance(self.name, "revoked", revoked, self.group)
-        if assigned:
-            self.history.record_rebalance(self.name, "assigned", assigned, self.group)
+        self.history.record_assignment(self.name, revoked, assigned, self.group)
 
     def seek(self, partition: Any) -> None:
         super().seek(partition)

@@ -169,11 +169,9 @@ class KafkaConsumer(kafka.KafkaConsumer):  # type: ignore[misc]
     def assign(self, partitions: Any) -> None:
         before = {(tp.topic, tp.partition) for tp in self.assignment()}
         super().assign(partitions)
-        wanted = {(tp.topic, tp.partition) for tp in partitions}
-        if before - wanted:
-            self.history.record_rebalance(self.name, "revoked", before - wanted, self.group)
-        if wanted - before:
-            self.history.record_rebalance(self.name, "assigned", wanted - before, self.group)
+        self.history.record_assignment(self.name, before,
+                                       [(tp.topic, tp.partition) for tp in partitions],
+                                       self.group)
 
     def seek(self, partition: Any, offset: int) -> None:
         super().seek(partition, offset)

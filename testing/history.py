@@ -297,6 +297,16 @@ class History:
             self._append(Rebalance(t_ms=self._now_ms(), wall_ms=self._wall_ms(), client=client,
                                    group=group, change=change, partitions=pairs), 1)
 
+    def record_assignment(self, client: str, before: Iterable[TopicPartitionPair],
+                          after: Iterable[TopicPartitionPair], group: str | None = None) -> None:
+        """A manual assignment changed from `before` to `after`: what left is recorded as
+        revoked, what came as assigned (nothing when nothing changed)."""
+        old, new = set(before), set(after)
+        if old - new:
+            self.record_rebalance(client, "revoked", old - new, group)
+        if new - old:
+            self.record_rebalance(client, "assigned", new - old, group)
+
     def record_truncation(self, client: str, topic: str, partition: int, how: TruncationHow,
                           offset: int | None, leader_epoch: int | None = None, detail: str = "",
                           group: str | None = None) -> None:
