@@ -646,8 +646,13 @@ class ControllerState:
         error = self._alter_error(broker_id, (topic_name, index), p, leader_epoch,
                                   partition_epoch, new_isr, isr_epochs)
         if error:
-            # INELIGIBLE_REPLICA: the expected race with a member shutting down or restarting
-            log.log(logging.INFO if error == E.INELIGIBLE_REPLICA else logging.WARNING,
+            # Expected races, said and not warned about: INELIGIBLE_REPLICA with a member
+            # shutting down or restarting; FENCED_LEADER_EPOCH and INVALID_UPDATE_VERSION with a
+            # change of ours the leader has not heard of yet (brokers registering one after
+            # another in a whole-cluster restart move the epochs while leaders propose ISRs).
+            expected = error in (E.INELIGIBLE_REPLICA, E.FENCED_LEADER_EPOCH,
+                                 E.INVALID_UPDATE_VERSION)
+            log.log(logging.INFO if expected else logging.WARNING,
                     "AlterPartition %s-%d from broker %d refused: %s (leader epoch %d/%d, "
                     "partition epoch %d/%d, isr %s)", topic_name, index, broker_id,
                     E(error).name, leader_epoch, p.leader_epoch, partition_epoch,

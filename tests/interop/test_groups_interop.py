@@ -60,11 +60,19 @@ def rebalances(cluster: Cluster, group: str) -> int:
                for path in (cluster.base_dir / "logs").glob("broker-*.log"))
 
 
-def until(what: str, done: Callable[[], bool], step: Callable[[], None]) -> None:
+def until(what: str, done: Callable[[], bool], step: Callable[[], None],
+          detail: Callable[[], str] = lambda: "") -> None:
     deadline = time.monotonic() + WAIT_S * 2
     while not done():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{detail()}"
         step()
+
+
+def group_lines(cluster: Cluster, group: str, last: int = 40) -> str:
+    """What the brokers logged about `group`, the last lines of it."""
+    lines = [line for path in sorted((cluster.base_dir / "logs").glob("broker-*.log"))
+             for line in path.read_text(errors="replace").splitlines() if group in line]
+    return "\n".join(sorted(lines)[-last:])
 
 
 # ------------------------------------------------------------------------------- the clients
@@ -101,6 +109,15 @@ class KafkaPython:
 
     def assigned(self) -> set[int]:
         return {tp.partition for tp in self.c.assignment()}
+
+    def state(self) -> str:
+        """The coordinator's view, for a failure's message: a join task done but never taken
+        is the kafka-python race the constructor's notes describe."""
+        coordinator = self.c._coordinator
+        task = coordinator._join_task
+        return (f"state {coordinator.state}, need_rejoin {coordinator.need_rejoin()}, "
+                f"join task {'none' if task is None else 'done' if task.is_done else 'waiting'},"
+                f" generation {coordinator._generation}")
 
     def commit(self) -> None:
         """What was read, as explicit offsets. The same race the constructor's notes describe
@@ -185,6 +202,9 @@ class AioKafka:
     def assigned(self) -> set[int]:
         return {tp.partition for tp in self.c.assignment()}
 
+    def state(self) -> str:
+        return f"generation {self.c._coordinator.generation}"
+
     def commit(self) -> None:
         self.loop.run_until_complete(self.c.commit())
 
@@ -245,7 +265,9 @@ def test_two_clients_share_one_group(cluster: Cluster, pair: tuple[str, str],
         until("both members to be assigned all partitions between them",
               lambda: (bool(a.assigned()) and bool(b.assigned())
                        and a.assigned() | b.assigned() == set(range(PARTITIONS))
-                       and not a.assigned() & b.assigned()), both_polled)
+                       and not a.assigned() & b.assigned()), both_polled,
+              lambda: f"{a.name} holds {a.assigned()} ({a.state()}), {b.name} holds "
+                      f"{b.assigned()}; the brokers said:\n{group_lines(cluster, group)}")
         settled = rebalances(cluster, group)
         sent = produce(cluster, topic, 0, BATCH)
         got: dict[str, list[tuple[int, bytes]]] = {"a": [], "b": []}
