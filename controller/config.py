@@ -53,6 +53,10 @@ class ControllerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True,
     default_segment_bytes: Annotated[int, msgspec.Meta(ge=14)] = 1 << 30
     default_segment_ms: Positive = 7 * MS_PER_DAY
     default_unclean_leader_election_enable: bool = False
+    # KIP-966 unclean recovery (unclean_recovery.py): an unclean election first asks the live
+    # replicas for their log ends and waits up to this long for all of them, then elects the one
+    # holding the most; -1: elect the first live replica at once (before KIP-966).
+    unclean_recovery_timeout_ms: Annotated[int, msgspec.Meta(ge=-1, le=3_600_000)] = 5000
     # Kafka's automatic preferred-leader rebalancing (controller/rebalance.py), same names.
     auto_leader_rebalance_enable: bool = True
     leader_imbalance_per_broker_percentage: Annotated[int, msgspec.Meta(ge=0, le=100)] = 10

@@ -1,5 +1,6 @@
 """Control requests to brokers, built from the model: LeaderAndIsr v4, UpdateMetadata v7,
-StopReplica v3.
+StopReplica v3, and OffsetForLeaderEpoch v4 as unclean recovery's log-end query
+(unclean_recovery.py).
 
 Every request carries the controller's epoch and the destination's broker epoch (KIP-380); a
 broker refuses older ones (see docs/control-plane.md). UpdateMetadata carries every listener of
@@ -22,6 +23,11 @@ from epochlog.protocol.apis.leader_and_isr import (
     LeaderAndIsrRequest,
     LeaderAndIsrTopicState,
 )
+from epochlog.protocol.apis.offset_for_leader_epoch import (
+    OffsetForLeaderEpochRequest,
+    OffsetForLeaderPartition,
+    OffsetForLeaderTopic,
+)
 from epochlog.protocol.apis.stop_replica import (
     StopReplicaPartitionState,
     StopReplicaRequest,
@@ -41,6 +47,7 @@ from .model import LEADER_DURING_DELETE, Broker, Partition
 LEADER_AND_ISR_KEY, LEADER_AND_ISR_VERSION = 4, 4
 STOP_REPLICA_KEY, STOP_REPLICA_VERSION = 5, 3
 UPDATE_METADATA_KEY, UPDATE_METADATA_VERSION = 6, 7
+LOG_END_QUERY_KEY, LOG_END_QUERY_VERSION = 23, 4  # OffsetForLeaderEpoch
 
 # (topic, partition index, state, is_new)
 LaiItem = tuple[str, int, Partition, bool]
@@ -130,3 +137,16 @@ def _um_broker(b: Broker) -> UpdateMetadataBroker:
         endpoints=[UpdateMetadataEndpoint(port=lst.port, host=lst.host, listener=lst.name,
                                           security_protocol=lst.security_protocol)
                    for lst in b.listeners])
+
+
+def log_end_query(replica_id: int, items: Iterable[tuple[str, int, int]]
+                  ) -> OffsetForLeaderEpochRequest:
+    """Each (topic, partition, its current leader epoch): what the replica holds. No fencing
+    (current_leader_epoch -1); the epoch asked for is the partition's, at or above any a replica
+    can have written."""
+    by_topic: dict[str, list[OffsetForLeaderPartition]] = defaultdict(list)
+    for topic, index, leader_epoch in items:
+        by_topic[topic].append(OffsetForLeaderPartition(
+            partition=index, current_leader_epoch=-1, leader_epoch=leader_epoch))
+    return OffsetForLeaderEpochRequest(replica_id=replica_id, topics=[
+        OffsetForLeaderTopic(topic=t, partitions=parts) for t, parts in sorted(by_topic.items())])

@@ -32,7 +32,7 @@ log = logging.getLogger("epochlog.controller")
 
 BACKOFF_MS_MIN = 50
 
-AnswerHook = Callable[[Send, int], None]
+AnswerHook = Callable[[Send, int, object], None]  # the request, its error code, the answer
 
 
 class BrokerSender:
@@ -84,20 +84,20 @@ class BrokerSender:
                     await self._wake.wait()
                     continue
                 send = self._queue[0]
-                answer_error = await self._send(send)
-                if answer_error is None:  # no answer: back off, then retry the same request
+                answered = await self._send(send)
+                if answered is None:  # no answer: back off, then retry the same request
                     await self._pause(backoff_ms)
                     backoff_ms = min(backoff_ms * 2, self.backoff_ms_max)
                     continue
                 backoff_ms = BACKOFF_MS_MIN
                 if self._queue and self._queue[0] is send:
                     self._queue.popleft()
-                self._on_answer(send, answer_error)
+                self._on_answer(send, *answered)
         finally:
             await self._close()
 
-    async def _send(self, send: Send) -> int | None:
-        """The answer's error code, or None when there was no answer."""
+    async def _send(self, send: Send) -> tuple[int, object] | None:
+        """The answer's error code and the answer, or None when there was no answer."""
         api = APIS[send.api_key]
         try:
             if self._conn is None or self._conn.closed:
@@ -111,7 +111,7 @@ class BrokerSender:
                       exc)
             await self._close()
             return None
-        return self._report(send, answer)
+        return self._report(send, answer), answer
 
     def _report(self, send: Send, answer: object) -> int:
         api = APIS[send.api_key]

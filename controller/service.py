@@ -28,6 +28,7 @@ from typing import Any
 
 from epochlog.protocol.error_codes import name_of
 
+from . import outbound
 from .config import ControllerConfig
 from .metalog import MetadataLog
 from .model import Send
@@ -64,7 +65,8 @@ class ControllerService:
             auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
             leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
             leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds
-            * 1000, connection_loss_grace_ms=config.broker_connection_loss_grace_ms)
+            * 1000, connection_loss_grace_ms=config.broker_connection_loss_grace_ms,
+            unclean_recovery_timeout_ms=config.unclean_recovery_timeout_ms)
         self.metalog: MetadataLog | None = None
         self.senders: dict[int, BrokerSender] = {}
         self.answers: Counter[str] = Counter()  # broker answers by error name, for metrics
@@ -153,8 +155,12 @@ class ControllerService:
                 sender.retire()
                 del self.senders[broker_id]
 
-    def _on_answer(self, send: Send, error: int) -> None:
+    def _on_answer(self, send: Send, error: int, answer: object) -> None:
         self.answers[name_of(error) if error else "NONE"] += 1
+        if send.api_key == outbound.LOG_END_QUERY_KEY:
+            self.state.log_ends_answered(send.broker_id, send.broker_epoch,
+                                         getattr(answer, "topics", ()))
+            self._commit()
 
     async def _expire_loop(self) -> None:
         tick_ms = min(max(self.config.broker_session_timeout_ms // 10, EXPIRY_CHECK_MS_MIN),
@@ -171,6 +177,7 @@ class ControllerService:
             self._timer_wake.clear()
             self.state.expire_sessions(self.clock_ms())
             self.state.rebalance_leaders(self.clock_ms())  # decides its own interval
+            self.state.recovery_tick(self.clock_ms())
             self._commit()
 
     async def stop(self) -> None:

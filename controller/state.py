@@ -62,6 +62,7 @@ from .records import (
     TopicCreated,
     TopicDeleted,
 )
+from .unclean_recovery import LOG_END_QUERY, Recoveries
 
 log = logging.getLogger("epochlog.controller")
 
@@ -108,6 +109,7 @@ class _Outbox:
     metadata: set[tuple[str, int]] = field(default_factory=set)
     deleted: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)  # -> replicas
     stop: dict[int, list[outbound.StopItem]] = field(default_factory=dict)
+    log_end_queries: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # unclean
     brokers_changed: bool = False
 
 
@@ -119,7 +121,8 @@ class ControllerState:
                  auto_leader_rebalance_enable: bool = True,
                  leader_imbalance_per_broker_percentage: int = 10,
                  leader_imbalance_check_interval_ms: int = 300_000,
-                 connection_loss_grace_ms: int = 500) -> None:
+                 connection_loss_grace_ms: int = 500,
+                 unclean_recovery_timeout_ms: int = 5000) -> None:
         self.controller_id = controller_id
         self.session_timeout_ms = session_timeout_ms
         self.connection_loss_grace_ms = connection_loss_grace_ms
@@ -145,6 +148,10 @@ class ControllerState:
         self._records: list[Record] = []
         self._out = _Outbox()
         self._next_rebalance_ms: int | None = None  # set by the first rebalance_leaders call
+        # KIP-966 unclean recovery (unclean_recovery.py); None: an unclean election takes the
+        # first live replica at once (unclean_recovery_timeout_ms -1)
+        self.recoveries = Recoveries(unclean_recovery_timeout_ms) \
+            if unclean_recovery_timeout_ms >= 0 else None
         # broker id -> the generation whose heartbeat connection closed and which has not
         # heartbeated since (its session deadline is the grace's end)
         self._connection_lost: dict[int, int] = {}
@@ -518,6 +525,9 @@ class ControllerState:
             self.counters["partitions_offline"] += 1
             self._change(topic, index, NO_LEADER, p.isr, reason, not_eligible=not_eligible)
             return
+        if source == "unclean" and self.recoveries is not None:
+            self._recover(topic, index, p, reason, not_eligible)
+            return
         if source == "unclean":
             log.warning("UNCLEAN leader election for %s-%d: broker %d is not in the ISR %s; "
                         "records acknowledged by the old ISR may be lost", topic.name, index,
@@ -537,6 +547,76 @@ class ControllerState:
         self.counters["elections_clean"] += 1
         self._change(topic, index, new, self._isr_with_leader(p, new, failed), reason,
                      not_eligible=not_eligible)
+
+    # ------------------------------------------------------------------ unclean recovery
+    def _recover(self, topic: Topic, index: int, p: Partition, reason: str,
+                 not_eligible: tuple[int, ...]) -> None:
+        """An unclean election is due: ask the live replicas for their log ends first
+        (unclean_recovery.py); the partition has no leader until they answered."""
+        assert self.recoveries is not None
+        key = (topic.name, index)
+        self.recoveries.start(key, p.replicas)
+        live = {r: self.brokers[r].broker_epoch for r in p.replicas if self._eligible(r, key)}
+        asking = self.recoveries.to_ask(key, live)
+        for r in asking:
+            self._out.log_end_queries.setdefault(r, []).append(key)
+        if p.leader != NO_LEADER or not_eligible:
+            log.warning("%s-%d is OFFLINE: no live in-sync or eligible replica (%s); unclean "
+                        "recovery asks replicas %s for their log ends", topic.name, index,
+                        reason, sorted(live))
+            self.counters["partitions_offline"] += 1
+            self._change(topic, index, NO_LEADER, p.isr, reason, not_eligible=not_eligible)
+        elif asking:
+            log.info("%s-%d: unclean recovery asks broker(s) %s for their log ends (%s)",
+                     topic.name, index, asking, reason)
+
+    def log_ends_answered(self, broker_id: int, broker_epoch: int, topics: Sequence[Any]
+                          ) -> None:
+        """A broker's answer to the controller's log-end query (OffsetForLeaderEpoch with
+        replica_id LOG_END_QUERY): each partition's (last leader epoch, log end offset), or
+        an error (no log to offer). A recovery every replica answered elects at once."""
+        if self.recoveries is None:
+            return
+        for topic in topics:
+            for part in topic.partitions:
+                key = (topic.topic, part.partition)
+                end = None if part.error_code else (part.leader_epoch, part.end_offset)
+                recovery = self.recoveries.answer(key, broker_id, broker_epoch, end)
+                if recovery is not None and recovery.complete():
+                    self._finish_recovery(key)
+
+    def recovery_tick(self, now_ms: int) -> None:
+        """Timer: recoveries whose timeout passed elect from the answers they have."""
+        if self.recoveries is not None:
+            for key in self.recoveries.tick(now_ms):
+                self._finish_recovery(key)
+
+    def _finish_recovery(self, key: tuple[str, int]) -> None:
+        assert self.recoveries is not None
+        topic = self.topics.get(key[0])
+        p = topic.partitions.get(key[1]) if topic else None
+        if topic is None or p is None or p.leader != NO_LEADER:
+            self.recoveries.end(key)
+            return
+        recovery = self.recoveries.pending[key]
+        live = {r for r in p.replicas if self._eligible(r, key)
+                and recovery.asked.get(r) == self.brokers[r].broker_epoch}
+        best = recovery.best(live)
+        if best is None:
+            answered = [r for r in p.replicas if r in live and r in recovery.answers]
+            if not answered:
+                return  # every answer came from a generation that is gone: wait for more
+            best = (answered[0], (-1, -1))  # none has a log to offer: any answered one
+        new = best[0]
+        log.warning("UNCLEAN leader election for %s-%d: broker %d holds the most of the "
+                    "replicas that answered unclean recovery (%s); records acknowledged by the "
+                    "old ISR %s past its log end may be lost", key[0], key[1], new,
+                    recovery.describe(), list(p.isr))
+        self.counters["elections_unclean"] += 1
+        self.counters["unclean_recoveries"] += 1
+        self.recoveries.end(key)
+        self._change(topic, key[1], new, (new,), "UNCLEAN election by unclean recovery",
+                     elr=(), last_known_elr=())
 
     def _min_isr(self, topic: Topic, p: Partition) -> int:
         """The topic's min.insync.replicas, at most its replication factor."""
@@ -902,6 +982,8 @@ class ControllerState:
         leader epoch; every change bumps the partition epoch. The ELR follows the ISR
         (`_next_elr`) unless given; not_eligible replicas never stay in it."""
         p = topic.partitions[index]
+        if leader != NO_LEADER and self.recoveries is not None:
+            self.recoveries.end((topic.name, index))
         new_epoch = p.leader_epoch + (1 if bump_leader_epoch or leader != p.leader else 0)
         if elr is None:
             elr = self._next_elr(topic, p, isr)
@@ -947,6 +1029,12 @@ class ControllerState:
                                   outbound.STOP_REPLICA_VERSION,
                                   outbound.stop_replica(self.controller_id, self.controller_epoch,
                                                         broker.broker_epoch, out.stop[bid])))
+            if out.log_end_queries.get(bid):  # after the LeaderAndIsr that opens the logs
+                sends.append(Send(bid, broker.broker_epoch, outbound.LOG_END_QUERY_KEY,
+                                  outbound.LOG_END_QUERY_VERSION,
+                                  outbound.log_end_query(LOG_END_QUERY, [
+                                      (t, i, self.topics[t].partitions[i].leader_epoch)
+                                      for t, i in out.log_end_queries[bid] if t in self.topics])))
         return sends
 
     def full_state_sends(self, broker_id: int) -> list[Send]:

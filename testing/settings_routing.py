@@ -49,7 +49,7 @@ CONTROLLER_SETTINGS = frozenset({
     "default_segment_ms", "default_unclean_leader_election_enable", "frame_bytes_max",
     "leader_imbalance_check_interval_seconds", "leader_imbalance_per_broker_percentage",
     "listen", "metalog_record_bytes_max", "metrics_listen", "queue_requests_max",
-    "request_timeout_ms", "send_backoff_ms_max",
+    "request_timeout_ms", "send_backoff_ms_max", "unclean_recovery_timeout_ms",
 })
 
 # Set by the harness itself from the cluster's plan; a test asking for them is refused.

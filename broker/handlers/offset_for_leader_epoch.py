@@ -19,6 +19,12 @@ the consumer like a truncation. The seed names the case "a request for the lates
 window"; every answer whose end lies above an unknown high watermark is that case or one as bad.
 Versions 0-2 carry no replica_id (decoded as -2, Kafka's debugging id) and are not capped.
 
+The controller's log-end query (replica_id LOG_END_QUERY, -3; KIP-966 unclean recovery, see
+controller/unclean_recovery.py) is answered from whatever replica of the partition this broker
+holds, leading, following or waiting for a leader: (its latest leader epoch, its log end offset),
+unfenced and uncapped. A replica whose log is offline answers KAFKA_STORAGE_ERROR, one we do not
+hold UNKNOWN_TOPIC_OR_PARTITION: neither is a candidate.
+
 `answer(app, request, version)` is the sync decision the simulation calls; `handle` wraps it.
 """
 
@@ -36,6 +42,7 @@ from epochlog.protocol.apis.offset_for_leader_epoch import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
+from ..broker_app import replicas_of
 from . import register
 from ._partitions import high_watermark_known, serving
 
@@ -44,6 +51,7 @@ if TYPE_CHECKING:
     from ..server import RequestContext
 
 CONSUMER = -1
+LOG_END_QUERY = -3  # as controller/unclean_recovery.py sends it
 
 
 async def handle(ctx: RequestContext,
@@ -63,6 +71,8 @@ def answer(app: BrokerApp, request: OffsetForLeaderEpochRequest,
 def _one(app: BrokerApp, topic: str, p: OffsetForLeaderPartition,
          replica_id: int) -> EpochEndOffset:
     answer = EpochEndOffset(partition=p.partition)
+    if replica_id == LOG_END_QUERY:
+        return _log_end(app, topic, answer)
     partition, answer.error_code = serving(app, topic, p.partition, p.current_leader_epoch)
     if partition is None:
         return answer
@@ -73,6 +83,20 @@ def _one(app: BrokerApp, topic: str, p: OffsetForLeaderPartition,
             return answer
         end_offset = partition.high_watermark
     answer.leader_epoch, answer.end_offset = epoch, end_offset
+    return answer
+
+
+def _log_end(app: BrokerApp, topic: str, answer: EpochEndOffset) -> EpochEndOffset:
+    replicas = replicas_of(app)
+    key = (topic, answer.partition)
+    log = replicas.logs.get(topic, answer.partition)
+    if key in replicas.offline:
+        answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+    elif log is None:
+        answer.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        answer.leader_epoch = log.epoch_cache.latest_epoch
+        answer.end_offset = log.log_end_offset
     return answer
 
 

@@ -13,7 +13,7 @@ from epochlog.controller.model import NO_LEADER
 from epochlog.controller.records import Listener
 from epochlog.controller.state import ELECTION_PREFERRED, ELECTION_UNCLEAN, ControllerState
 from epochlog.protocol.error_codes import ErrorCode as E
-from tests.controller.test_state import SESSION_MS, cluster, create, part, register
+from tests.controller.test_state import SESSION_MS, cluster, create, part, recover, register
 
 INTERVAL_MS = 1000
 
@@ -66,6 +66,7 @@ def test_unclean_election_from_the_topic_setting_is_logged_loudly(caplog) -> Non
     shrink(s, [1])
     with caplog.at_level(logging.WARNING, logger="epochlog.controller"):
         kill(s, epochs, 1)
+        recover(s)
     assert (part(s).leader, part(s).isr) == (2, (2,))
     assert any("UNCLEAN" in r.message and r.levelno == logging.WARNING for r in caplog.records)
     assert s.counters["elections_unclean"] == 1
@@ -78,6 +79,7 @@ def test_an_offline_partition_of_an_unclean_topic_takes_a_returning_non_isr_repl
     kill(s, epochs, 1, 2)  # both die; 1 was the ISR
     assert part(s).leader == NO_LEADER
     register(s, 2, "b", now_ms=SESSION_MS + 1)
+    recover(s)
     assert (part(s).leader, part(s).isr) == (2, (2,))
 
 

@@ -20,7 +20,7 @@ from epochlog.protocol.apis.describe_topic_partitions import (
 )
 from epochlog.protocol.error_codes import ErrorCode as E
 
-from .test_state import SESSION_MS, cluster, create, part, replay_of
+from .test_state import SESSION_MS, cluster, create, part, recover, replay_of
 
 
 def restart(s: ControllerState, broker_id: int, previous_epoch: int) -> int:
@@ -116,6 +116,7 @@ def test_an_unclean_election_clears_the_elr() -> None:
     s.expire_sessions(SESSION_MS + 10)
     restart(s, 3, epochs[3])  # 3 left at min.insync.replicas: neither ISR nor ELR
     # 1 (ISR) and 2 (ELR) are not alive: unclean is the only way, and the topic allows it
+    recover(s, now_ms=SESSION_MS + 10)
     p = part(s)
     assert (p.leader, p.isr, p.elr) == (3, (3,), ()), p
 

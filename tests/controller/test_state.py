@@ -13,6 +13,10 @@ from epochlog.controller.model import DEAD, NO_LEADER, SHUTTING_DOWN
 from epochlog.controller.records import Listener
 from epochlog.controller.state import ControllerState
 from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.offset_for_leader_epoch import (
+    EpochEndOffset,
+    OffsetForLeaderTopicResult,
+)
 from epochlog.protocol.error_codes import ErrorCode as E
 
 SESSION_MS = 9000
@@ -49,6 +53,26 @@ def create(s: ControllerState, name: str, replicas: list[list[int]], **configs: 
 
 def part(s: ControllerState, topic: str = "t", index: int = 0):
     return s.topics[topic].partitions[index]
+
+
+def recover(s: ControllerState, ends: dict[int, tuple[int, int]] | None = None,
+            now_ms: int = SESSION_MS, *, timeout: bool = True) -> None:
+    """Answer the controller's unclean-recovery log-end queries (OffsetForLeaderEpoch with
+    replica_id -3) as the brokers would: broker -> (last epoch, log end), (0, 0) if not given;
+    then (timeout) let the recovery's timeout pass."""
+    for send in s.take_ready().sends:
+        if send.api_key != ApiKey.OFFSET_FOR_LEADER_EPOCH:
+            continue
+        assert send.message.replica_id == -3
+        end = (ends or {}).get(send.broker_id, (0, 0))
+        s.log_ends_answered(send.broker_id, send.broker_epoch, [OffsetForLeaderTopicResult(
+            topic=t.topic, partitions=[EpochEndOffset(partition=p.partition, leader_epoch=end[0],
+                                                      end_offset=end[1]) for p in t.partitions])
+            for t in send.message.topics])
+    if timeout:
+        assert s.recoveries is not None
+        s.recovery_tick(now_ms)
+        s.recovery_tick(now_ms + s.recoveries.timeout_ms)
 
 
 def replay_of(s: ControllerState, records: list) -> ControllerState:
@@ -140,6 +164,9 @@ def test_unclean_election_only_when_the_topic_enables_it(unclean: bool) -> None:
     s.alter_partition(1, "t", 0, 0, 0, [1])  # 2 fell out of the ISR
     s.heartbeat(2, epochs[2], now_ms=5000)
     s.expire_sessions(now_ms=SESSION_MS)  # the only ISR member dies
+    if unclean:
+        assert part(s).leader == NO_LEADER  # until the replicas said what they hold
+        recover(s)
     p = part(s)
     if unclean:
         assert (p.leader, p.isr) == (2, (2,))
@@ -154,6 +181,7 @@ def test_the_cluster_default_decides_unclean_election_where_the_topic_is_silent(
     s.alter_partition(1, "t", 0, 0, 0, [1])
     s.heartbeat(2, epochs[2], now_ms=5000)
     s.expire_sessions(now_ms=SESSION_MS)
+    recover(s)
     assert part(s).leader == 2
 
 
