@@ -1,6 +1,8 @@
 """`Broker`: one broker process's parts, started and stopped in the order the contract needs.
 
 Start (docs/control-plane.md "Start-up order"):
+0. wait until the data dir can make a write durable (storage/durability.py: a failed fsync
+   stopped us, and a restarting supervisor must not loop on it);
 1. open the data dir (storage LogManager: recovery after a crash, identity check);
 2. listen for Kafka requests on each listener, EXTERNAL and, if configured, INTERNAL (the
    controller connects to INTERNAL if we have it, else EXTERNAL, right after our registration);
@@ -47,6 +49,7 @@ from .replicas import FsyncFailed, ReplicaManager
 from .server import KafkaServer, ServerLimits
 from .storage import LogManager
 from .storage.cleaner import CleanerSettings, LogCleaner
+from .storage.durability import durable_write_error
 
 log = logging.getLogger("epochlog.broker")
 
@@ -55,6 +58,8 @@ TOPIC_SETTINGS_REFRESH_MS = 2000  # how soon an altered topic setting reaches th
 AUTO_CREATE_WAIT_MS_MAX = 2000  # how long Metadata waits for an auto-created topic to arrive
 AUTO_CREATE_PENDING_MAX = 100  # topics being auto-created for Produce at once
 CLEANER_PASSES_PER_WAKE_MAX = 16  # then the cleaner sleeps its interval again
+# A data dir that cannot fsync at start: retried with a backoff between these, said every minute
+DURABLE_RETRY_MS_MIN, DURABLE_RETRY_MS_MAX, DURABLE_REMIND_MS = 500, 10_000, 60_000
 
 
 def wall_clock_ms() -> int:
@@ -97,6 +102,7 @@ class Broker:
     async def start(self) -> int:
         """Open, listen, register; returns our generation."""
         load_all()
+        await self._wait_for_a_durable_disk()
         logs = LogManager.open(self.config.data_dir, self.config.log_config(), wall_clock_ms,
                                broker_id=self.broker_id, cluster_id=self.config.cluster_id,
                                retention_check_interval_ms=self.config.log_retention_check_interval_ms)
@@ -136,6 +142,33 @@ class Broker:
         if self.config.metrics_address is not None:
             serve_metrics(self, self.stats, *self.config.metrics_address)
         return generation
+
+    async def _wait_for_a_durable_disk(self) -> None:
+        """Before opening anything: until a write in the data dir can be fsynced, wait, up and
+        serving nothing, retrying with a backoff from DURABLE_RETRY_MS_MIN to
+        DURABLE_RETRY_MS_MAX, for as long as it takes (a stop signal ends the wait): exiting
+        would make a restarting supervisor loop (storage/durability.py). One ERROR line when it
+        starts, one WARNING every DURABLE_REMIND_MS while it lasts, one INFO line at its end."""
+        data_dir = self.config.data_dir
+        error = durable_write_error(data_dir)
+        if error is None:
+            return
+        log.error("broker %d: data dir %s cannot make a write durable (%s): waiting for the disk "
+                  "before opening any log, up but serving nothing (exiting would make a "
+                  "restarting supervisor loop)", self.broker_id, data_dir, error)
+        began = reminded = time.monotonic()
+        retry_ms = DURABLE_RETRY_MS_MIN
+        while error is not None:
+            await asyncio.sleep(retry_ms / 1000)
+            retry_ms = min(retry_ms * 2, DURABLE_RETRY_MS_MAX)
+            error = durable_write_error(data_dir)
+            if error is not None and time.monotonic() - reminded >= DURABLE_REMIND_MS / 1000:
+                reminded = time.monotonic()
+                log.warning("broker %d: data dir %s still cannot make a write durable (%s), "
+                            "waiting for %.0f s", self.broker_id, data_dir, error,
+                            time.monotonic() - began)
+        log.info("broker %d: data dir %s makes writes durable again after %.1f s; starting",
+                 self.broker_id, data_dir, time.monotonic() - began)
 
     async def _listen(self) -> None:
         """One KafkaServer per listener; each advertised address is known once bound."""

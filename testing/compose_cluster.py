@@ -17,6 +17,8 @@ brokers' published ports chosen free on this machine through the file's own vari
 service is healthy (each health check a real Kafka request) and every broker knows the others.
 `racks` and `settings` go into a generated override file (a second `--file`), as the
 `EPOCHLOG_*` variables the brokers and the controller read; nothing else of the file changes.
+`override_files` are the caller's own compose overrides, given after those (a volume bound to a
+folder of the host, a resource limit, ...).
 Services are `controller` and `broker1`..`broker3`, broker ids 1..3, as in the repository's file;
 the broker count is the file's (3), so `brokers` must be 3.
 
@@ -59,7 +61,7 @@ import signal
 import tempfile
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .cluster import NodeStatus
@@ -122,7 +124,8 @@ class ComposeCluster(ClusterBase):
                  compose_file: Path | str | None = None, project: str = "epochlog",
                  images: Mapping[str, str] | None = None, build: bool = True,
                  base_dir: Path | str | None = None, network: bool = True,
-                 start_timeout_s: float = HEALTHY_S_MAX) -> None:
+                 start_timeout_s: float = HEALTHY_S_MAX,
+                 override_files: Sequence[Path | str] = ()) -> None:
         if brokers != BROKERS:
             raise ValueError(f"brokers={brokers}: a compose cluster has the compose file's "
                              f"{BROKERS} brokers (broker1..broker{BROKERS})")
@@ -136,6 +139,10 @@ class ComposeCluster(ClusterBase):
         self.compose_file = Path(compose_file or default_compose_file()).resolve()
         if not self.compose_file.is_file():
             raise ValueError(f"compose_file {self.compose_file} does not exist")
+        self.override_files = [Path(f).resolve() for f in override_files]
+        for f in self.override_files:
+            if not f.is_file():
+                raise ValueError(f"override file {f} does not exist")
         self.broker_settings, self.controller_settings = route_names(settings)
         self.racks = racks
         self.name = unique_name(project)
@@ -165,7 +172,7 @@ class ComposeCluster(ClusterBase):
         engine_version()
         env = {**os.environ, **self._images(),
                **{f"EPOCHLOG_BROKER{i}_PORT": str(p) for i, p in self.ports.items()}}
-        files = [self.compose_file, *self._override()]
+        files = [self.compose_file, *self._override(), *self.override_files]
         self._project = ComposeProject(self.name, files, env)
         _open.add(self)
         try:

@@ -11,7 +11,9 @@ and that is not yet recovery. Writes are never refused because of the state: eac
 
 An fsync that fails is not a failed write: what was written may have been dropped from the page
 cache, so the broker stops (broker/replicas.py's flush) and recovery checks the log at the next
-start, as Kafka halts on a failed log dir that is its only one.
+start, as Kafka halts on a failed log dir that is its only one. That next start waits, up and
+serving nothing, until the data dir makes a write durable again (durability.py), so a supervisor
+that restarts the broker does not loop.
 """
 
 from __future__ import annotations
