@@ -580,7 +580,10 @@ class ControllerState:
         for topic in topics:
             for part in topic.partitions:
                 key = (topic.topic, part.partition)
-                end = None if part.error_code else (part.leader_epoch, part.end_offset)
+                # no log at all holds nothing (-1, 0); a log the broker cannot read (offline) is
+                # no candidate (None)
+                end = (part.leader_epoch, part.end_offset) if not part.error_code else \
+                    (-1, 0) if part.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION else None
                 recovery = self.recoveries.answer(key, broker_id, broker_epoch, end)
                 if recovery is not None and recovery.complete():
                     self._finish_recovery(key)
@@ -603,10 +606,7 @@ class ControllerState:
                 and recovery.asked.get(r) == self.brokers[r].broker_epoch}
         best = recovery.best(live)
         if best is None:
-            answered = [r for r in p.replicas if r in live and r in recovery.answers]
-            if not answered:
-                return  # every answer came from a generation that is gone: wait for more
-            best = (answered[0], (-1, -1))  # none has a log to offer: any answered one
+            return  # no live replica offered a log it can read: wait for one that does
         new = best[0]
         log.warning("UNCLEAN leader election for %s-%d: broker %d holds the most of the "
                     "replicas that answered unclean recovery (%s); records acknowledged by the "

@@ -22,7 +22,9 @@ Rules, for one partition (`Recovery`):
   recovery is asked too: its registration runs the election again).
 - The election happens as soon as every replica of the partition has answered, or, once the
   timeout (`unclean_recovery_timeout_ms`, counted from the controller's first timer tick after
-  the start) has passed, with the best answer so far; with no answer yet it waits for the first.
+  the start) has passed, with the best answer so far; with no usable answer yet (none, or only
+  offline logs) it waits for one. A replica with no log of the partition holds nothing: it is
+  elected only when no other answered.
 - An answer from a generation that is no longer live, or for a recovery that ended (a clean
   leader came back, the topic went), is dropped.
 - Volatile: a new controller starts the recovery again from its own election.
@@ -36,7 +38,8 @@ from dataclasses import dataclass, field
 
 LOG_END_QUERY = -3  # OffsetForLeaderEpoch replica_id: the controller asks any replica's log end
 
-# (last written leader epoch, log end offset); None: the replica answered that it has no log
+# (last written leader epoch, log end offset); None: the replica's log is offline (no candidate).
+# A replica without any log of the partition answers as holding nothing: (-1, 0).
 LogEnd = tuple[int, int] | None
 
 

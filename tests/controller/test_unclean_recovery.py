@@ -15,6 +15,11 @@ from epochlog.controller.model import NO_LEADER
 from epochlog.controller.state import ControllerState
 from epochlog.controller.unclean_recovery import Recovery
 from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.offset_for_leader_epoch import (
+    EpochEndOffset,
+    OffsetForLeaderTopicResult,
+)
+from epochlog.protocol.error_codes import ErrorCode as E
 
 from .test_elections import kill, shrink
 from .test_state import SESSION_MS, cluster, create, part, recover, register
@@ -98,16 +103,29 @@ def test_a_replica_that_registers_meanwhile_is_asked_and_an_old_generation_is_no
     assert part(s).leader == 2
 
 
-def test_a_replica_without_a_log_to_offer_is_no_candidate() -> None:
-    s, _ = lose_the_isr()
-    ready = s.take_ready()
-    for send in ready.sends:
+def answer_errors(s: ControllerState, errors: dict[int, int]) -> None:
+    """The brokers answer the log-end queries: an error where given, else (0, 10)."""
+    for send in s.take_ready().sends:
         if send.api_key == ApiKey.OFFSET_FOR_LEADER_EPOCH:
-            end = None if send.broker_id == 3 else (0, 10)  # 3's log is offline
-            s.recoveries.answer(("t", 0), send.broker_id, send.broker_epoch, end)
+            error = errors.get(send.broker_id, 0)
+            s.log_ends_answered(send.broker_id, send.broker_epoch, [OffsetForLeaderTopicResult(
+                topic="t", partitions=[EpochEndOffset(
+                    error_code=error, partition=0, leader_epoch=-1 if error else 0,
+                    end_offset=-1 if error else 10)])])
     s.recovery_tick(SESSION_MS)
     s.recovery_tick(SESSION_MS + s.recoveries.timeout_ms)
-    assert part(s).leader == 2
+
+
+def test_an_offline_log_is_no_candidate_and_no_log_holds_nothing() -> None:
+    s, _ = lose_the_isr()
+    answer_errors(s, {2: E.KAFKA_STORAGE_ERROR, 3: E.UNKNOWN_TOPIC_OR_PARTITION})
+    assert part(s).leader == 3  # no log at all: nothing to lose by electing it, and 2 cannot
+    s, _ = lose_the_isr()
+    answer_errors(s, {2: E.UNKNOWN_TOPIC_OR_PARTITION})
+    assert part(s).leader == 3  # the one holding records
+    s, _ = lose_the_isr()
+    answer_errors(s, {2: E.KAFKA_STORAGE_ERROR, 3: E.KAFKA_STORAGE_ERROR})
+    assert part(s).leader == NO_LEADER  # nobody can offer a log: the partition waits
 
 
 def test_every_replica_answering_elects_at_once() -> None:
