@@ -36,7 +36,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-LOG_END_QUERY = -3  # OffsetForLeaderEpoch replica_id: the controller asks any replica's log end
+from epochlog.protocol.apis.offset_for_leader_epoch import LOG_END_QUERY
+
+__all__ = ["LOG_END_QUERY", "LogEnd", "Recoveries", "Recovery"]
 
 # (last written leader epoch, log end offset); None: the replica's log is offline (no candidate).
 # A replica without any log of the partition answers as holding nothing: (-1, 0).

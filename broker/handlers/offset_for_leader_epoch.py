@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.offset_for_leader_epoch import (
+    LOG_END_QUERY,
     EpochEndOffset,
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
@@ -51,7 +52,6 @@ if TYPE_CHECKING:
     from ..server import RequestContext
 
 CONSUMER = -1
-LOG_END_QUERY = -3  # as controller/unclean_recovery.py sends it
 
 
 async def handle(ctx: RequestContext,

@@ -2,6 +2,9 @@
 
 v1 returns the leader_epoch of the end offset; v2 current_leader_epoch (KIP-320); v3 replica_id
 (-1 for consumers, whose answers are capped at the high watermark); v4 is flexible.
+
+LOG_END_QUERY (replica_id -3) is epochlog's own: the controller's question to any replica of a
+partition for its last leader epoch and log end (KIP-966 unclean recovery).
 """
 
 from typing import Annotated
@@ -9,6 +12,8 @@ from typing import Annotated
 from ..api import Api
 from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
+
+LOG_END_QUERY = -3
 
 
 class OffsetForLeaderPartition(Message):
