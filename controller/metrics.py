@@ -57,6 +57,9 @@ class ControllerCollector:
                  "heartbeat came within the grace."),
                 ("rebalance_elections",
                  "Preferred elections made by the automatic leader rebalance."),
+                ("unclean_recoveries",
+                 "Unclean elections made by unclean recovery (KIP-966): the live replica "
+                 "holding the most, after asking each for its log end."),
                 ("stale_broker_epoch_refused",
                  "Requests the controller refused as STALE_BROKER_EPOCH (fenced).")):
             yield CounterMetricFamily(f"epochlog_controller_{name}", help_text,

@@ -103,6 +103,7 @@ async def test_generations_rise_and_control_requests_carry_both_epochs(tmp_path)
         scraped = await asyncio.to_thread(_scrape, metrics_port)
         assert f"epochlog_controller_epoch {float(ctl.epoch)}" in scraped
         assert 'epochlog_controller_brokers{state="alive"} 3.0' in scraped
+        assert "epochlog_controller_unclean_recoveries_total 0.0" in scraped
     finally:
         await conn.close()
         assert await ctl.stop() == 0
