@@ -598,8 +598,9 @@ class ControllerState:
         assert self.recoveries is not None
         topic = self.topics.get(key[0])
         p = topic.partitions.get(key[1]) if topic else None
-        if topic is None or p is None or p.leader != NO_LEADER:
-            self.recoveries.end(key)
+        if topic is None or p is None or p.leader != NO_LEADER or not topic_settings.is_true(
+                self.topic_setting(topic, "unclean.leader.election.enable")):
+            self.recoveries.end(key)  # gone, led again, or no longer allowed to go unclean
             return
         recovery = self.recoveries.pending[key]
         live = {r for r in p.replicas if self._eligible(r, key)

@@ -148,3 +148,10 @@ def test_turned_off_the_first_live_replica_is_elected_at_once() -> None:
         s.heartbeat(b, epochs[b], now_ms=SESSION_MS - 1)
     kill(s, epochs, 1)
     assert part(s).leader == 2 and s.recoveries is None
+
+
+def test_a_topic_no_longer_allowing_unclean_elections_ends_its_recovery() -> None:
+    s, _ = lose_the_isr()
+    s.alter_topic_configs("t", {"unclean.leader.election.enable": "false"})
+    recover(s, {2: (0, 100), 3: (0, 200)})
+    assert part(s).leader == NO_LEADER and not s.recoveries.pending
