@@ -135,7 +135,8 @@ class ReplicaManager:
 
     def apply_partition_state(self, topic: str, index: int, state: PartitionState,
                               is_new: bool) -> int:
-        """One partition of a LeaderAndIsr: 0, STALE_CONTROLLER_EPOCH if not newer,
+        """One partition of a LeaderAndIsr: 0 (also for the state already in force),
+        STALE_CONTROLLER_EPOCH if older,
         INVALID_REQUEST for a state that breaks the partition's invariants (logged), or
         KAFKA_STORAGE_ERROR for a log the disk refuses to create."""
         partition = self.partitions.get((topic, index))
@@ -145,6 +146,13 @@ class ReplicaManager:
             except OSError as exc:  # its folder or files cannot be made (a full disk)
                 self.logs.disk.failed(f"a log for {topic}-{index}", exc)
                 return ErrorCode.KAFKA_STORAGE_ERROR
+        elif partition.state is not None and (state.leader_epoch, state.partition_epoch) == (
+                partition.state.leader_epoch, partition.state.partition_epoch):
+            # The state in force already: the answer to an AlterPartition of ours brought it
+            # first (the ISR manager adopts the controller's newer state). Nothing to do.
+            log.debug("%s: LeaderAndIsr at leader epoch %d partition epoch %d already in force",
+                      partition.name, state.leader_epoch, state.partition_epoch)
+            return 0
         elif not state.newer_than(partition.state):
             log.warning("%s: kept leader epoch %d partition epoch %d; LeaderAndIsr named %d/%d "
                         "(STALE_CONTROLLER_EPOCH)", partition.name, partition.leader_epoch,
