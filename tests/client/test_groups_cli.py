@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaConsumer, KafkaProducer, OffsetAndMetadata, TopicPartition
+from kafka.errors import RebalanceInProgressError
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_S_MAX = 60.0
@@ -73,7 +74,18 @@ def bootstrap(epochlog_cluster: Any) -> str:
     while seen < 20:
         assert time.monotonic() < deadline, f"read {seen} of 20"
         seen += sum(len(b) for b in consumer.poll(500).values())
-    consumer.commit()
+    # What was read: 10 records on each partition. Committed as explicit offsets, again after a
+    # poll if a rebalance is under way: on a loaded machine kafka-python can rejoin just then
+    # (its leader's rejoin races, see tests/interop/test_groups_interop.py), and it refuses a
+    # commit until its poll has finished the rebalance (which also resets its positions).
+    offsets = {TopicPartition("orders", p): OffsetAndMetadata(10, "", -1) for p in (0, 1)}
+    while True:
+        try:
+            consumer.commit(offsets)
+            break
+        except RebalanceInProgressError:
+            assert time.monotonic() < deadline, "the commit met a rebalance until the deadline"
+            consumer.poll(200)
     consumer.close()
     return str(c.bootstrap_servers)
 
