@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from tests.broker.cluster import WAIT_S, Cluster
+from tests.kafka_python_quirks import rejoin_if_lost
 
 confluent = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -83,37 +84,19 @@ class KafkaPython:
         self.c = kafka.KafkaConsumer(bootstrap_servers=cluster.bootstrap, group_id=group,
                                      auto_offset_reset="earliest", enable_auto_commit=False,
                                      session_timeout_ms=6000, heartbeat_interval_ms=500, **kw)
-        # Learn the partitions before subscribing, to dodge a kafka-python 3.0.12 race (not
-        # ours: the broker rebalances on the leader's rejoin and hands out every partition).
-        # With no initial rebalance delay the join beats kafka-python's first topic metadata,
-        # so its leader assigns nothing ("No partition metadata for topic"); the metadata then
-        # differs from its assignment snapshot and it rejoins. If poll's timer runs out with
-        # that JoinGroup in flight, the join task is kept (coordinator/base.py
-        # join_group_async) and goes on to _perform_assignment, which sets
-        # _assignment_snapshot = _metadata_snapshot (coordinator/consumer.py): need_rejoin()
-        # turns False although the task's result was never taken, so ConsumerCoordinator.poll
-        # never awaits it again: the new assignment is not installed, heartbeats stay disabled
-        # and the session expires, while the consumer polls an empty assignment for good.
-        # (Java's poll checks rejoinNeededOrPending(): a join in flight counts.)
-        # The prefetch makes that rare, not impossible (CI met a join that never completed once
-        # since, with the stuck state unseen), so poll() also gets the consumer out of it.
+        # Learn the partitions before subscribing: with no initial rebalance delay the join
+        # beats kafka-python's first topic metadata, so its leader assigns nothing ("No
+        # partition metadata for topic") and rejoins, which is where its lost join
+        # (tests/kafka_python_quirks.py) comes from. That makes it rare; poll() also gets the
+        # consumer out of it.
         assert self.c.partitions_for_topic(topic), f"kafka-python sees no partitions of {topic}"
         self.c.subscribe([topic])
         self.topic = topic
         self.next: dict[int, int] = {}  # partition -> offset after the last record returned
         self.unstuck = 0  # times poll() found the lost join and asked for a new one
 
-    def lost_join(self) -> bool:
-        """The race above has happened: a join finished whose result no poll will take."""
-        coordinator = self.c._coordinator
-        task = coordinator._join_task
-        return task is not None and task.is_done and not coordinator.need_rejoin()
-
     def poll(self) -> list[tuple[int, bytes]]:
-        if self.lost_join():  # kafka-python's bug, not the broker's: join again, as Java would
-            self.unstuck += 1
-            print(f"kafka-python lost a finished join ({self.state()}); asking it to rejoin")
-            self.c._coordinator.request_rejoin()
+        self.unstuck += rejoin_if_lost(self.c)
         got = self.c.poll(timeout_ms=int(POLL_S * 1000))
         for records in got.values():
             for r in records:
@@ -125,7 +108,7 @@ class KafkaPython:
 
     def state(self) -> str:
         """The coordinator's view, for a failure's message: a join task done but never taken
-        is the kafka-python race the constructor's notes describe."""
+        is kafka-python's lost join (tests/kafka_python_quirks.py)."""
         coordinator = self.c._coordinator
         task = coordinator._join_task
         return (f"state {coordinator.state}, need_rejoin {coordinator.need_rejoin()}, "

@@ -60,6 +60,7 @@ from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 from epochlog.protocol.error_codes import ErrorCode as E
 from tests.broker.cluster import WAIT_S, Cluster, call, free_port
+from tests.kafka_python_quirks import rejoin_if_lost
 
 confluent = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
@@ -480,6 +481,7 @@ class KafkaPython(SyncMember):
     def poll(self) -> list[tuple[int, int, bytes]]:
         # A rebalance's auto-commit gets the time left of the poll() it runs in: 100 ms was
         # seen to run out ("Pre-rebalance offset commit failed"), which re-reads records.
+        rejoin_if_lost(self.c)  # kafka-python's lost join (tests/kafka_python_quirks.py)
         got = self.c.poll(timeout_ms=1000)
         return [(r.partition, r.offset, r.value) for rs in got.values() for r in rs]
 
