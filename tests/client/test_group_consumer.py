@@ -433,13 +433,26 @@ async def test_a_stalled_member_is_expelled_and_rejoins_reporting_lost(cluster: 
         await until("two members share the partitions", lambda: len(other.owned()) == 2 and
                     len(out.get("owned", ())) == 2)
         frozen_owned = set(out["owned"])
+        stalled, resume = threading.Event(), threading.Event()
+
+        def stall() -> None:  # the loop is stopped until the test lets it go (bounded)
+            stalled.set()
+            resume.wait(WAIT_S)
+
         stalled_at = time.monotonic()
-        out["loop"].call_soon_threadsafe(time.sleep, SESSION_MS / 1000 * 2.5)
-        await until("the other member takes every partition",
-                    lambda: other.owned() == partitions, timeout_s=SESSION_MS / 1000 * 2.4)
-        took = time.monotonic() - stalled_at
-        assert took >= SESSION_MS / 1000 * 0.9, f"expelled after {took:.2f}s, before the session"
-        commands.put("commit")  # first thing when the loop runs again
+        out["loop"].call_soon_threadsafe(stall)
+        try:
+            assert await asyncio.to_thread(stalled.wait, WAIT_S), "the loop never stalled"
+            await until("the other member takes every partition",
+                        lambda: other.owned() == partitions)
+            took = time.monotonic() - stalled_at
+            assert took >= SESSION_MS / 1000 * 0.9, \
+                f"expelled after {took:.2f}s, before the session"
+            # Queued while the loop is still stopped, so it is the first thing the loop does
+            # when it runs again: commit in the generation the group has left behind.
+            commands.put("commit")
+        finally:
+            resume.set()
         await until("the stalled member ran its commit", lambda: "commit" in out)
         assert isinstance(out["commit"], CommitFailedError), out["commit"]
         await until("the stalled member reported its partitions lost",
