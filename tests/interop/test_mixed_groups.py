@@ -489,8 +489,17 @@ class KafkaPython(SyncMember):
         return {tp.partition for tp in self.c.assignment()}
 
     def commit_now(self) -> None:
-        if self.c.assignment():
-            self.c.commit()
+        """Commit what was read. kafka-python refuses while it rebalances (another member just
+        left): its poll finishes the rebalance (auto-committing before it revokes), then the
+        commit is tried again; what that poll returns counts as read."""
+        deadline = time.monotonic() + WAIT_S
+        while self.c.assignment():
+            try:
+                self.c.commit()
+                return
+            except kafka.errors.RebalanceInProgressError:
+                assert time.monotonic() < deadline, "kafka-python rebalanced until the deadline"
+                self._took(self.poll())
 
     def close_client(self) -> None:
         self.c.close()
