@@ -532,9 +532,7 @@ class ControllerState:
             log.warning("UNCLEAN leader election for %s-%d: broker %d is not in the ISR %s; "
                         "records acknowledged by the old ISR may be lost", topic.name, index,
                         new, list(p.isr))
-            self.counters["elections_unclean"] += 1
-            self._change(topic, index, new, (new,), f"UNCLEAN election: {reason}", elr=(),
-                         last_known_elr=())
+            self._lead_uncleanly(topic, index, new, f"UNCLEAN election: {reason}")
             return
         if source in _OUTSIDE_ISR:
             counter, where, why = _OUTSIDE_ISR[source]
@@ -613,11 +611,14 @@ class ControllerState:
                     "replicas that answered unclean recovery (%s); records acknowledged by the "
                     "old ISR %s past its log end may be lost", key[0], key[1], new,
                     recovery.describe(), list(p.isr))
-        self.counters["elections_unclean"] += 1
         self.counters["unclean_recoveries"] += 1
-        self.recoveries.end(key)
-        self._change(topic, key[1], new, (new,), "UNCLEAN election by unclean recovery",
-                     elr=(), last_known_elr=())
+        self._lead_uncleanly(topic, key[1], new, "UNCLEAN election by unclean recovery")
+
+    def _lead_uncleanly(self, topic: Topic, index: int, new: int, reason: str) -> None:
+        """`new` leads alone from outside the ISR (the caller said why, loudly): ELR and last
+        known ELR are emptied, and with a leader any unclean recovery of it ends (_change)."""
+        self.counters["elections_unclean"] += 1
+        self._change(topic, index, new, (new,), reason, elr=(), last_known_elr=())
 
     def _min_isr(self, topic: Topic, p: Partition) -> int:
         """The topic's min.insync.replicas, at most its replication factor."""
@@ -660,9 +661,7 @@ class ControllerState:
             if source == "unclean":
                 log.warning("UNCLEAN leader election for %s-%d requested by an admin: broker %d",
                             topic.name, index, new)
-                self.counters["elections_unclean"] += 1
-                self._change(topic, index, new, (new,), "admin election", elr=(),
-                             last_known_elr=())
+                self._lead_uncleanly(topic, index, new, "admin election")
             else:
                 self.counters["elections_clean"] += 1
                 self._change(topic, index, new, (new,) if source == "elr" else
