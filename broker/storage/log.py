@@ -89,6 +89,11 @@ class StaleLeaderEpoch(StorageError):
     error_code = FENCED_LEADER_EPOCH
 
 
+# A damaged log met at open is cut before the damage; a cut that meets more damage is tried again
+# further down, this many times, before the log is emptied (never a broker that cannot start).
+OPEN_CUTS_MAX = 8
+
+
 class AppendInfo(NamedTuple):
     first_offset: int
     last_offset: int
@@ -180,12 +185,27 @@ class Log:
         checkpointed high watermark makes the data dir start this replica offline, to be
         repaired from a healthy one: LogManager.cut_at_open), instead of failing the open and
         with it the whole broker."""
+        why = "the open found a batch header that does not parse"
         try:
             self.producer_state.update_all(self._headers_from(self.log_start_offset))
+            return
         except CorruptLog as exc:
-            cut = exc.cut_offset if exc.cut_offset is not None else self.log_start_offset
-            log.warning("%s: %s; cutting the log at offset %d", self.directory, exc, cut)
-            self.truncate_to(cut, "the open found a batch header that does not parse")
+            problem = exc
+        for _ in range(OPEN_CUTS_MAX):
+            cut = problem.cut_offset
+            if cut is None or cut < self.log_start_offset:
+                break
+            log.warning("%s: %s; cutting the log at offset %d", self.directory, problem, cut)
+            try:
+                self.truncate_to(cut, why)
+                return
+            except CorruptLog as more:
+                problem = more
+        # the cuts keep meeting damage: keep nothing (the replica is repaired from another)
+        log.warning("%s: %s; no intact place to cut found, emptying the log", self.directory,
+                    problem)
+        self._note_committed_cut(self.log_start_offset, why)
+        self.truncate_fully_and_start_at(self.log_start_offset)
 
     def _remove_strays(self) -> None:
         names = os.listdir(self.directory)

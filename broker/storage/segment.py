@@ -156,35 +156,47 @@ class Segment:
         """Remove every batch whose last offset is at or above offset; bytes removed.
         A batch holding offset goes whole, so the segment ends at a batch boundary. Where the
         headers stop parsing at or before that batch (the cut that removes damage), the
-        segment ends where the whole batches before the damage end."""
+        segment ends where the whole, intact batches before the damage end, which may be below
+        offset (see _end_of_whole_batches)."""
+        end_offset = offset
         try:
             found = self.find(offset)
             position = found[0] if found is not None else None
         except CorruptLog:
-            position = self._end_of_whole_batches(offset)
+            position, end_offset = self._end_of_whole_batches(offset)
         if position is None:
             return 0
         removed = self.size_bytes - position
         os.ftruncate(self._fd, position)
-        self.offset_index.truncate_to(offset)
-        self.time_index.truncate_to(offset)
+        self.offset_index.truncate_to(end_offset)
+        self.time_index.truncate_to(end_offset)
         self._rescan_after_last_index_entry(position)
         os.fsync(self._fd)  # a cut must be durable before new batches land on the same bytes
         return removed
 
-    def _end_of_whole_batches(self, offset: int) -> int:
-        """Where the batch holding offset starts, or, if a header at or before it does not
-        parse or is out of sequence, where the batches before it end (scanning from the
-        segment's start)."""
+    def _end_of_whole_batches(self, offset: int) -> tuple[int, int]:
+        """(position, offset) where the intact batches before offset end, scanning from the
+        segment's start: where the batch holding offset starts, or, if a header at or before it
+        does not parse or is out of sequence, where the batches before it end. The batch just
+        before such a header is checked whole (its CRC): a damaged length field still parses,
+        and points the next header into the wrong bytes, so that batch is the damage."""
         end, expected = 0, self.base_offset
+        last: tuple[int, BatchHeader] | None = None
         try:
             for pos, header in self.headers(0):
-                if header.last_offset >= offset or not self._follows(header, expected):
-                    return pos
-                end, expected = pos + header.size, header.next_offset
+                if header.last_offset >= offset:
+                    return pos, header.base_offset
+                if not self._follows(header, expected):
+                    break
+                last, end, expected = (pos, header), pos + header.size, header.next_offset
         except CorruptLog:
             pass
-        return end
+        if last is not None and not self._intact(*last):
+            return last[0], last[1].base_offset
+        return end, expected
+
+    def _intact(self, position: int, header: BatchHeader) -> bool:
+        return crc_of(self.read_batch(position, header), 0, header.size) == header.crc
 
     # --- reading ---
 
@@ -278,20 +290,40 @@ class Segment:
         pointing where no batch starts; the log was checked whole up to there)."""
         log.warning("%s: its offset index points where no batch starts; rebuilding both "
                     "indexes from the batches", self.log_path)
-        size = self.size_bytes
-        found = list(self.headers(0))
+        stats = (self.size_bytes, self.next_offset, self.max_timestamp_ms,
+                 self.offset_of_max_timestamp, self.first_batch_timestamp_ms)
+        found, whole = self._batches_in_sequence()
         self.offset_index.reset()
         self.time_index.reset()
         self._reset_stats()
-        self.size_bytes = size
         for pos, header in found:
             self._track(header, pos)
+        (self.size_bytes, self.next_offset, self.max_timestamp_ms, self.offset_of_max_timestamp,
+         self.first_batch_timestamp_ms) = stats
+        if not whole:  # the entries end before the damage, which the next read meets again
+            log.warning("%s: only its first %d batches parse and follow each other; the "
+                        "indexes go no further", self.log_path, len(found))
         self.dirty = True
         try:  # now: a log flushes only the segments from its recovery point on
             self.offset_index.write_out()
             self.time_index.write_out()
         except OSError as exc:  # the entries held here serve reads; the next open rescans
             log.warning("%s: writing the rebuilt indexes failed: %s", self.log_path, exc)
+
+    def _batches_in_sequence(self) -> tuple[list[tuple[int, BatchHeader]], bool]:
+        """(position, header) of the batches from the segment's start while their headers
+        parse and each follows the one before; and whether that reached the segment's end."""
+        found: list[tuple[int, BatchHeader]] = []
+        expected = self.base_offset
+        try:
+            for pos, header in self.headers(0):
+                if not self._follows(header, expected):
+                    return found, False
+                found.append((pos, header))
+                expected = header.next_offset
+        except CorruptLog:
+            return found, False
+        return found, True
 
     def _read(self, offset: int, bytes_max: int, offset_max: int | None) -> bytes:
         found = self.find(offset)
@@ -443,10 +475,12 @@ class Segment:
         return None
 
     def _follows(self, header: BatchHeader, expected: int) -> bool:
-        """The batch starts where the one before ended (or later, gaps allowed), or holds that
-        offset (a log whose start fell inside a batch a follower then fetched whole)."""
-        return (self._offset_fits(header.base_offset, expected)
-                or header.base_offset <= expected <= header.last_offset)
+        """The batch starts where the one before ended (or later, gaps allowed); a segment's
+        first batch starts at the segment's base offset (a follower whose log starts inside
+        a batch starts its segment at that batch: Log.append_as_follower). A base offset lowered
+        by damage (it lies outside the CRC) so that its batch seems to hold the offset expected
+        would otherwise be served with every record moved to the wrong offset."""
+        return self._offset_fits(header.base_offset, expected)
 
     def _offset_fits(self, base_offset: int, next_offset: int) -> bool:
         if self.offset_gaps_allowed:

@@ -367,6 +367,93 @@ def test_a_damaged_header_behind_the_indexes_is_cut_at_a_clean_open(tmp_path, ca
     log.close()
 
 
+@pytest.mark.parametrize("length_change", [-1, +1, -60, +200])
+def test_a_damaged_batch_length_behind_the_indexes_is_cut_before_that_batch(tmp_path, caplog,
+                                                                            length_change):
+    """A batch's length field lies outside its CRC, and a damaged one still parses: the scan
+    at open reads the next header from the wrong bytes and stops there. The batch with the bad
+    length is the damage, not the one after it: the cut goes before it (its CRC fails), where
+    the log is whole. Cutting after it left a batch running past the new end, or a torn
+    header, and the open failed and with it the broker (the storage-fault campaign, seed
+    214)."""
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(40):
+        log.append_as_leader(make_batch(2, value_bytes=50, tag=tag), leader_epoch=0)
+    assert len(log._segments) > 1
+    batches = read_all(log)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    victim = 5  # behind the first segment's last index entry: trusted at a clean open
+    position = sum(len(data) for _, data in batches[:victim])
+    length = len(batches[victim][1]) - 12
+    with open(tmp_path / "t-0" / f"{0:020d}.log", "r+b") as f:
+        f.seek(position + 8)
+        f.write((length + length_change).to_bytes(4, "big"))
+
+    with caplog.at_level(logging.WARNING):
+        log = open_log(tmp_path / "t-0", config, recovery_point=end, clean_shutdown=True)
+    assert log.log_end_offset == batches[victim][0]
+    assert read_all(log) == batches[:victim]
+    assert "cutting the log at offset" in caplog.text
+    log.close()
+
+
+def test_a_segments_first_batch_with_a_lowered_base_offset_is_refused(tmp_path):
+    """Damage that lowers the base offset of a rolled segment's first batch by one makes the
+    batch seem to hold the segment's base offset: served, every record in it would carry the
+    offset before its own. The first batch must start at the segment's base offset."""
+    config = LogConfig(segment_bytes=2048, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(30):
+        log.append_as_leader(make_batch(2, value_bytes=50, tag=tag), leader_epoch=0)
+    second = log.segments[1].base_offset
+    log.flush()
+    with open(tmp_path / "t-0" / f"{second:020d}.log", "r+b") as f:
+        f.write((second - 1).to_bytes(8, "big"))
+    with pytest.raises(CorruptLog) as raised:
+        log.read(second, 1 << 20)
+    assert raised.value.cut_offset == second
+    log.close()
+
+
+def test_rebuilding_a_misleading_index_stops_at_damage_further_on(tmp_path, caplog):
+    """An index entry pointing inside a batch has the indexes rebuilt from the batches; a
+    damaged base offset further on must not go into them (entries out of order were an
+    AssertionError in the read, not the storage error that takes the replica offline and has
+    it repaired): the rebuilt indexes stop before it, and the read that reaches it raises
+    CorruptLog there."""
+    config = LogConfig(segment_bytes=8192, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(40):
+        log.append_as_leader(make_batch(1, value_bytes=100, tag=tag), leader_epoch=0)
+    batches = read_all(log)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    index = tmp_path / "t-0" / f"{0:020d}.index"
+    entries = index.read_bytes()
+    relative, position = int.from_bytes(entries[0:4], "big"), int.from_bytes(entries[4:8], "big")
+    index.write_bytes(entries[:4] + (position + 7).to_bytes(4, "big") + entries[8:])
+    victim = 30
+    with open(tmp_path / "t-0" / f"{0:020d}.log", "r+b") as f:
+        f.seek(sum(len(data) for _, data in batches[:victim]) + 1)
+        f.write(b"\x01")  # offset 30 claims 2**48 + 30
+
+    with caplog.at_level(logging.WARNING):
+        log = open_log(tmp_path / "t-0", config, recovery_point=end, clean_shutdown=True)
+        assert log.read(relative, 1 << 20)
+    assert "the indexes go no further" in caplog.text
+    with pytest.raises(CorruptLog) as raised:
+        log.read(victim, 1 << 20)
+    assert raised.value.cut_offset == victim
+    log.close()
+
+
 
 def test_a_batch_whose_base_offset_is_damaged_is_refused_not_served_as_other_offsets(tmp_path):
     """A bit flipped in a batch's base offset (outside the CRC) made it claim offsets far
