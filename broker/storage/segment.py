@@ -394,7 +394,9 @@ class Segment:
         return 0
 
     def _rescan_after_last_index_entry(self, size_bytes: int) -> None:
-        """Set the statistics from the indexes plus a scan of the batches they do not cover."""
+        """Set the statistics from the indexes plus a scan of the batches they do not cover.
+        The indexes' last entries must agree with the batches (a damaged key in order and in
+        range passes the index's own checks, then fails every later append): CorruptLog."""
         index_offset, position = self.offset_index.last_entry()
         max_ts, offset_of_max = self.time_index.last_entry()
         self._reset_stats()
@@ -403,10 +405,19 @@ class Segment:
             return
         self.first_batch_timestamp_ms = self.header_at(0).max_timestamp
         self.max_timestamp_ms, self.offset_of_max_timestamp = max_ts, offset_of_max
-        self.next_offset = index_offset + 1 if len(self.offset_index) else self.base_offset
-        for _, header in self.headers(position):
+        indexed = len(self.offset_index) > 0
+        self.next_offset = index_offset + 1 if indexed else self.base_offset
+        for pos, header in self.headers(position):
+            if indexed and pos == position and header.last_offset != index_offset:
+                raise CorruptLog(f"{self.log_path}: the offset index's last entry names offset "
+                                 f"{index_offset} at position {position}, where the batch "
+                                 f"ends at offset {header.last_offset}")
             self._observe(header)
             self._bytes_since_index_entry += header.size
+        if len(self.time_index) and offset_of_max >= self.next_offset:
+            raise CorruptLog(f"{self.log_path}: the time index's last entry names offset "
+                             f"{offset_of_max}, past the segment's last offset "
+                             f"{self.next_offset - 1}")
 
     def recover(self) -> int:
         """Rebuild from the bytes alone: keep the valid batches, cut the rest. Bytes cut."""

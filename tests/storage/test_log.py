@@ -401,6 +401,39 @@ def test_a_damaged_batch_length_behind_the_indexes_is_cut_before_that_batch(tmp_
     log.close()
 
 
+@pytest.mark.parametrize("index", ["offset", "time"])
+def test_an_index_whose_last_entry_names_an_offset_past_the_log_is_rebuilt_at_open(
+        tmp_path, caplog, index):
+    """A damaged key in an index's last entry stays in order and in range, so the index passed
+    its own checks at a clean open, and the next append failed on an entry out of order,
+    which stopped the broker at every start (the storage-fault campaign, seed 297). The open
+    checks the last entries against the batches and rebuilds the indexes."""
+    config = LogConfig(segment_bytes=1 << 20, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(20):
+        log.append_as_leader(make_batch(1, value_bytes=100, tag=tag, timestamp_ms=1000 + tag),
+                             leader_epoch=0)
+    before = read_all(log)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    name, field = (".index", slice(0, 4)) if index == "offset" else (".timeindex", slice(8, 12))
+    path = tmp_path / "t-0" / f"{0:020d}{name}"
+    data = bytearray(path.read_bytes())
+    last = len(data) - (8 if index == "offset" else 12)
+    data[last + field.start:last + field.stop] = (10_000_000).to_bytes(4, "big")
+    path.write_bytes(bytes(data))
+
+    with caplog.at_level(logging.WARNING):
+        log = open_log(tmp_path / "t-0", config, recovery_point=end, clean_shutdown=True)
+    assert "recovering the segment" in caplog.text
+    assert read_all(log) == before
+    log.append_as_leader(make_batch(1, tag=99, timestamp_ms=5000), leader_epoch=0)
+    assert log.log_end_offset == end + 1
+    log.close()
+
+
 def test_a_segments_first_batch_with_a_lowered_base_offset_is_refused(tmp_path):
     """Damage that lowers the base offset of a rolled segment's first batch by one makes the
     batch seem to hold the segment's base offset: served, every record in it would carry the
