@@ -46,21 +46,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from epochlog.protocol.api_keys import ApiKey
-from epochlog.protocol.apis.create_topics import (
-    CreatableTopic,
-    CreatableTopicConfig,
-    CreateTopicsRequest,
-)
-from epochlog.protocol.batch import CorruptBatch
 from epochlog.protocol.error_codes import ErrorCode
-from epochlog.protocol.records import build_batch, decode_batches
 
-from ..broker_app import controller_of, replicas_of
-from ..controller_link import ControllerUnavailable
-from ..handlers.produce import replication_error
+from ..internal_topics import InternalTopic
 from ..partition import Partition
-from ..storage import StorageError
 from . import offsets_log
 from .state import (
     CommittedOffset,
@@ -85,8 +74,6 @@ log = logging.getLogger("epochlog.broker")
 E = ErrorCode
 
 OFFSETS_TOPIC = "__consumer_offsets"
-LOAD_READ_BYTES = 1 << 20  # bytes read from the log per step while loading
-CREATE_WAIT_MS_MAX = 2000  # how long FindCoordinator waits for the new topic to show up
 TICK_MS_MAX = 1000  # the timer loop looks at least this often (shards lost without a listener)
 PARK_MARGIN_MS = 30_000  # a parked join/sync waits at most its group timeout plus this
 OFFSETS_SEGMENT_BYTES = 100 << 20  # Kafka's offsets.topic.segment.bytes
@@ -104,21 +91,6 @@ _COMMIT_ERRORS: dict[int, int] = {
 _STORE_ERRORS: dict[int, int] = {**_COMMIT_ERRORS, E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
                  E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
                  E.INVALID_FETCH_SIZE: E.UNKNOWN_SERVER_ERROR}
-
-
-def java_string_hashcode(text: str) -> int:
-    """Java's String.hashCode: over UTF-16 code units, 32-bit signed arithmetic."""
-    h = 0
-    units = text.encode("utf-16-be")
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
-def partition_for(group_id: str, partitions: int) -> int:
-    """Kafka's Utils.abs(groupId.hashCode) % partitions (abs of MIN_VALUE is 0)."""
-    h = java_string_hashcode(group_id)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
 
 
 def _forgettable(group: Group) -> bool:
@@ -183,15 +155,15 @@ class GroupCoordinator:
         self._waiting: dict[int, asyncio.Future[Any]] = {}
         self._next_token = 0
         self._wake = asyncio.Event()
-        self._creating: asyncio.Task[None] | None = None
+        self.topic = InternalTopic(
+            app, OFFSETS_TOPIC, partitions=c.offsets_topic_num_partitions,
+            replication_factor=c.offsets_topic_replication_factor,
+            configs=[("cleanup.policy", "compact"), ("segment.bytes", str(OFFSETS_SEGMENT_BYTES))],
+            timeout_ms=c.offsets_commit_timeout_ms, wall_clock=wall_clock)
 
     # -------------------------------------------------------------------- partitions, shards
-    def partition_count(self) -> int:
-        known = self.app.metadata.topics.get(OFFSETS_TOPIC)
-        return len(known) if known else self.app.config.offsets_topic_num_partitions
-
     def partition_for(self, group_id: str) -> int:
-        return partition_for(group_id, self.partition_count())
+        return self.topic.partition_for(group_id)
 
     def on_partition(self, topic: str, index: int, partition: Partition | None) -> None:
         """The replica manager applied a state of one of our partitions (None: gone)."""
@@ -209,10 +181,7 @@ class GroupCoordinator:
             self._unload(shard, "no longer the leader")
 
     def _leading(self, shard: Shard) -> Partition | None:
-        p = self.app.replicas.get(OFFSETS_TOPIC, shard.index) if self.app.replicas else None
-        if p is None or not p.is_leader or p.leader_epoch != shard.leader_epoch:
-            return None
-        return p
+        return self.topic.leading(shard.index, shard.leader_epoch)
 
     def _shard(self, group_id: str) -> tuple[Shard | None, int]:
         """The shard that holds group_id, or the error to answer."""
@@ -241,47 +210,23 @@ class GroupCoordinator:
     async def _load(self, shard: Shard, partition: Partition) -> None:
         """Replay the partition's log into groups and offsets, a chunk at a time."""
         started = self.clock()
-        the_log = partition.log
-        offset, end = the_log.log_start_offset, the_log.log_end_offset
+        end = partition.log.log_end_offset
         snapshots: dict[str, Any] = {}
         offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
         records = 0
-        while offset < end:
-            if self.shards.get(shard.index) is not shard:
-                return  # unloaded while loading
+        async for r in self.topic.records(partition, end,
+                                          lambda: self.shards.get(shard.index) is shard):
+            records += 1
             try:
-                data = the_log.read(max(offset, the_log.log_start_offset), LOAD_READ_BYTES,
-                                    offset_max=end)
-            except StorageError as exc:  # e.g. the log start moved past us: go on from it
-                log.warning("%s-%d: reading at %d while loading: %s", OFFSETS_TOPIC,
-                            shard.index, offset, exc)
-                offset = max(offset + 1, the_log.log_start_offset)
+                parsed = offsets_log.parse(r.key, r.value, r.offset)
+            except offsets_log.BadRecord as exc:
+                log.error("%s-%d: skipped: %s", OFFSETS_TOPIC, shard.index, exc)
                 continue
-            if not data:
-                break
-            try:
-                batches = decode_batches(data)
-            except CorruptBatch as exc:
-                log.error("%s-%d: the batch at offset %d does not decode, loading stops there: "
-                          "%s", OFFSETS_TOPIC, shard.index, offset, exc)
-                break
-            for header, batch in batches:
-                offset = max(offset, header.next_offset)
-                if header.is_control:
-                    continue
-                for r in batch:
-                    records += 1
-                    try:
-                        parsed = offsets_log.parse(r.key, r.value, r.offset)
-                    except offsets_log.BadRecord as exc:
-                        log.error("%s-%d: skipped: %s", OFFSETS_TOPIC, shard.index, exc)
-                        continue
-                    if isinstance(parsed, offsets_log.GroupRecord):
-                        snapshots[parsed.group_id] = parsed.snapshot
-                    elif parsed is not None:
-                        offsets.setdefault(parsed.group_id, {})[
-                            (parsed.topic, parsed.partition)] = parsed.committed
-            await asyncio.sleep(0)  # let other requests in between chunks
+            if isinstance(parsed, offsets_log.GroupRecord):
+                snapshots[parsed.group_id] = parsed.snapshot
+            elif parsed is not None:
+                offsets.setdefault(parsed.group_id, {})[
+                    (parsed.topic, parsed.partition)] = parsed.committed
         if self.shards.get(shard.index) is not shard:
             return
         now = self.clock()
@@ -347,29 +292,7 @@ class GroupCoordinator:
                       errors: dict[int, int]) -> tuple[int, int]:
         """Append records to the shard's partition and wait until they are replicated:
         (error, offset of the first record)."""
-        partition = self._leading(shard)
-        if partition is None:
-            return E.NOT_COORDINATOR, -1
-        if len(partition.isr) < partition.min_insync_replicas:
-            return errors[E.NOT_ENOUGH_REPLICAS], -1
-        now = self.wall_clock()
-        batch = build_batch([(k, v, None, now) for k, v in records])
-        try:
-            info = partition.append_as_leader(batch)
-        except StorageError as exc:
-            return errors.get(exc.error_code, exc.error_code), -1
-        app = self.app
-        tp = (OFFSETS_TOPIC, shard.index)
-        replicas = replicas_of(app)
-        replicas.poke(tp)
-        epoch = partition.leader_epoch
-        await replicas.produce_purgatory.wait_until(
-            [tp], lambda: replication_error(app, partition, epoch, info.last_offset) is not None,
-            app.config.offsets_commit_timeout_ms)
-        error = replication_error(app, partition, epoch, info.last_offset)
-        if error is None:
-            return E.REQUEST_TIMED_OUT, info.first_offset
-        return errors.get(error, error), info.first_offset
+        return await self.topic.append(shard.index, shard.leader_epoch, records, errors)
 
     # ---------------------------------------------------------------------------- timers
     async def run(self) -> None:
@@ -405,65 +328,7 @@ class GroupCoordinator:
     # ----------------------------------------------------------------- FindCoordinator
     async def find(self, key: str, listener: str) -> tuple[int, int, str, int]:
         """(error, node id, host, port) of the group's coordinator."""
-        md = self.app.metadata
-        if not md.has_topic(OFFSETS_TOPIC):
-            self._create_offsets_topic()
-            await self._wait_for(lambda: self._leader_of(key) is not None)
-        leader = self._leader_of(key)
-        if leader is None:
-            return E.COORDINATOR_NOT_AVAILABLE, -1, "", -1
-        host, port = md.brokers[leader].endpoint(listener)
-        return 0, leader, host, port
-
-    def _leader_of(self, key: str) -> int | None:
-        md = self.app.metadata
-        parts = md.topics.get(OFFSETS_TOPIC)
-        if not parts:
-            return None
-        info = parts.get(partition_for(key, len(parts)))
-        if info is None or info.leader < 0 or info.leader not in md.brokers:
-            return None
-        return info.leader
-
-    async def _wait_for(self, done: Callable[[], bool]) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + CREATE_WAIT_MS_MAX / 1000
-        while not done():
-            remaining_ms = int((deadline - loop.time()) * 1000)
-            if remaining_ms <= 0 or not await self.app.metadata.changed(remaining_ms):
-                return
-
-    def _create_offsets_topic(self) -> None:
-        if self._creating is None or self._creating.done():
-            self._creating = asyncio.get_running_loop().create_task(self._create())
-
-    async def _create(self) -> None:
-        c = self.app.config
-        configs = [("cleanup.policy", "compact"), ("segment.bytes", str(OFFSETS_SEGMENT_BYTES))]
-        for attempt in (configs, configs[1:]):
-            request = CreateTopicsRequest(timeout_ms=CREATE_WAIT_MS_MAX, topics=[CreatableTopic(
-                name=OFFSETS_TOPIC, num_partitions=c.offsets_topic_num_partitions,
-                replication_factor=c.offsets_topic_replication_factor,
-                configs=[CreatableTopicConfig(name=k, value=v) for k, v in attempt])])
-            try:
-                answer = await controller_of(self.app).forward(ApiKey.CREATE_TOPICS, None, request)
-            except ControllerUnavailable as exc:
-                log.warning("creating %s failed: %s", OFFSETS_TOPIC, exc)
-                return
-            result = answer.topics[0]
-            if result.error_code == 0:
-                log.info("created %s (%d partitions, replication factor %d, %s)", OFFSETS_TOPIC,
-                         result.num_partitions, result.replication_factor,
-                         ", ".join(f"{k}={v}" for k, v in attempt))
-                return
-            if result.error_code == E.TOPIC_ALREADY_EXISTS:
-                return
-            if result.error_code != E.INVALID_CONFIG or attempt is not configs:
-                log.warning("creating %s refused: %s %s", OFFSETS_TOPIC, result.error_code,
-                            result.error_message or "")
-                return
-            log.warning("creating %s with cleanup.policy=compact refused (%s): creating it "
-                        "without compaction", OFFSETS_TOPIC, result.error_message or "")
+        return await self.topic.find(key, listener)
 
     # ----------------------------------------------------------------- membership APIs
     async def join(self, group_id: str, req: JoinRequest) -> JoinResult:

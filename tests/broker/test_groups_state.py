@@ -13,7 +13,6 @@ import itertools
 import pytest
 
 from epochlog.broker.groups import offsets_log
-from epochlog.broker.groups.coordinator import java_string_hashcode, partition_for
 from epochlog.broker.groups.state import (
     CommittedOffset,
     Group,
@@ -25,6 +24,7 @@ from epochlog.broker.groups.state import (
     Store,
     SyncResult,
 )
+from epochlog.broker.internal_topics import java_string_hashcode, partition_for
 from epochlog.protocol.error_codes import ErrorCode as E
 
 S = GroupState
