@@ -50,6 +50,7 @@ from .server import KafkaServer, ServerLimits
 from .storage import LogManager
 from .storage.cleaner import CleanerSettings, LogCleaner
 from .storage.durability import durable_write_error
+from .txn.coordinator import TxnCoordinator
 
 log = logging.getLogger("epochlog.broker")
 
@@ -87,6 +88,7 @@ class Broker:
         self.fetchers: ReplicaFetcherManager | None = None
         self.cleaner: LogCleaner | None = None
         self.groups: GroupCoordinator | None = None  # consumer groups (groups/coordinator.py)
+        self.txns: TxnCoordinator | None = None  # transactions (txn/coordinator.py)
         self.read_path: ReadPath | None = None  # the fetch path's state (handlers/fetch.py)
         # Listener name -> advertised (host, port), EXTERNAL first: what we register.
         self.listeners: dict[str, tuple[str, int]] = {}
@@ -119,6 +121,8 @@ class Broker:
         self.fetchers = self._replica_fetchers(self.replicas)
         self.groups = GroupCoordinator(self)
         self.replicas.partition_listeners.append(self.groups.on_partition)
+        self.txns = TxnCoordinator(self)
+        self.replicas.partition_listeners.append(self.txns.on_partition)
         await self._listen()
         if self.config.request_hooks_listen:
             await self._serve_request_hooks()
@@ -205,6 +209,8 @@ class Broker:
             await self.fetchers.close()  # no follower append once we stop
         if self.groups is not None:
             self.groups.close()  # parked group requests: NOT_COORDINATOR
+        if self.txns is not None:
+            self.txns.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -5,9 +5,9 @@ handler cannot grow a dependency on the rest of the broker unseen, and mypy prov
 `broker.app.Broker` provides it. The deterministic simulation's broker node (tests/sim) runs the
 same handler code against its own implementation of this interface.
 
-The parts a broker builds while it starts (replicas, groups, the controller link, the producer
-id allocator) are None before then; a handler runs only once they are built, and says so with
-the `*_of(app)` accessors below, which fail loudly if that ever stops being true.
+The parts a broker builds while it starts (replicas, groups, transactions, the controller link,
+the producer id allocator) are None before then; a handler runs only once they are built, and
+says so with the `*_of(app)` accessors below, which fail loudly if that ever stops being true.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .metadata_cache import MetadataCache
     from .producer_ids import ProducerIdAllocator
     from .replicas import ReplicaManager
+    from .txn.coordinator import TxnCoordinator
 
 
 class BrokerApp(Protocol):
@@ -35,6 +36,7 @@ class BrokerApp(Protocol):
     metadata: MetadataCache
     replicas: ReplicaManager | None
     groups: GroupCoordinator | None
+    txns: TxnCoordinator | None
     controller: ControllerLink | None
     producer_ids: ProducerIdAllocator | None
     # listener name -> advertised (host, port), and the EXTERNAL listener's
@@ -67,6 +69,11 @@ def replicas_of(app: BrokerApp) -> ReplicaManager:
 def groups_of(app: BrokerApp) -> GroupCoordinator:
     assert app.groups is not None, "a group request handled before the coordinator started"
     return app.groups
+
+
+def txns_of(app: BrokerApp) -> TxnCoordinator:
+    assert app.txns is not None, "a transaction request handled before the coordinator started"
+    return app.txns
 
 
 def controller_of(app: BrokerApp) -> ControllerLink:

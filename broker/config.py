@@ -112,6 +112,12 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     group_max_session_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 1_800_000
     group_initial_rebalance_delay_ms: Annotated[int, msgspec.Meta(ge=0, le=600_000)] = 3000
 
+    # Transactions (broker/txn/; Kafka's transaction.* settings). The transaction state topic is
+    # created on the first FindCoordinator for a transactional id; replication factor -1 as above.
+    transaction_state_log_num_partitions: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
+    transaction_state_log_replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32767)] = -1
+    transaction_max_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 900_000
+
     # Log defaults for every partition (Kafka's log.* broker settings).
     log_segment_bytes: int = 1 << 30
     log_segment_ms: int = 7 * MS_PER_DAY
@@ -146,6 +152,9 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
             parse_host_port(self.request_hooks_listen, "request_hooks_listen")
         if self.offsets_topic_replication_factor == 0:
             raise ValueError("offsets_topic_replication_factor: must be -1 (min(3, live "
+                             "brokers)) or >= 1")
+        if self.transaction_state_log_replication_factor == 0:
+            raise ValueError("transaction_state_log_replication_factor: must be -1 (min(3, live "
                              "brokers)) or >= 1")
         if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms:
             raise ValueError("group_min_session_timeout_ms: must not exceed "

@@ -38,7 +38,8 @@ BROKER_SETTINGS = frozenset({
     "offsets_topic_num_partitions", "offsets_topic_replication_factor", "produce_waiters_max",
     "rack", "replica_fetch_backoff_ms", "replica_fetch_max_bytes",
     "replica_fetch_partition_max_bytes", "replica_fetch_wait_max_ms", "replica_lag_time_max_ms",
-    "replica_selector_class", "request_hooks_listen",
+    "replica_selector_class", "request_hooks_listen", "transaction_max_timeout_ms",
+    "transaction_state_log_num_partitions", "transaction_state_log_replication_factor",
 })
 
 CONTROLLER_SETTINGS = frozenset({

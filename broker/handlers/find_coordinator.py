@@ -1,14 +1,14 @@
 """FindCoordinator (key 10), versions 0-4.
 
 v1 adds key_type (0 group, 1 transaction); v3 is flexible; v4 batches keys (coordinator_keys)
-and answers one entry per key. Only group coordinators are served: a transaction key gets
-INVALID_REQUEST (epochlog has no transactions).
+and answers one entry per key. Another key type gets INVALID_REQUEST.
 
-The coordinator of a group is the leader of its `__consumer_offsets` partition (Kafka's
-abs(hashCode) % partitions; broker/groups/coordinator.py). The first lookup creates the topic
-through the controller and waits briefly for it; COORDINATOR_NOT_AVAILABLE (retriable) while the
-topic or the partition's leader is not there yet. The answer gives the leader's address on the
-listener the request came in on.
+The coordinator of a group is the leader of its `__consumer_offsets` partition, that of a
+transactional id the leader of its `__transaction_state` partition (Kafka's abs(hashCode) %
+partitions; broker/internal_topics.py). The first lookup creates the topic through the controller
+and waits briefly for it; COORDINATOR_NOT_AVAILABLE (retriable) while the topic or the partition's
+leader is not there yet. The answer gives the leader's address on the listener the request came
+in on.
 """
 
 from __future__ import annotations
@@ -23,21 +23,26 @@ from epochlog.protocol.apis.find_coordinator import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of
+from ..broker_app import groups_of, txns_of
 from . import register
 
 if TYPE_CHECKING:
     from ..server import RequestContext
 
 KEY_TYPE_GROUP = 0
+KEY_TYPE_TRANSACTION = 1
 
 
 async def _one(ctx: RequestContext, key: str, key_type: int) -> Coordinator:
-    if key_type != KEY_TYPE_GROUP:
+    if key_type == KEY_TYPE_GROUP:
+        found = await groups_of(ctx.app).find(key, ctx.listener)
+    elif key_type == KEY_TYPE_TRANSACTION:
+        found = await txns_of(ctx.app).find(key, ctx.listener)
+    else:
         return Coordinator(key=key, node_id=-1, host="", port=-1,
                            error_code=ErrorCode.INVALID_REQUEST,
-                           error_message="only group coordinators are served (no transactions)")
-    error, node_id, host, port = await groups_of(ctx.app).find(key, ctx.listener)
+                           error_message=f"key type {key_type}: 0 (group) or 1 (transaction)")
+    error, node_id, host, port = found
     return Coordinator(key=key, node_id=node_id, host=host, port=port, error_code=error,
                        error_message=None)
 

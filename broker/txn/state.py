@@ -82,10 +82,16 @@ class TxnState:
         return sorted(t for t, m in self.ids.items() if m.status in PREPARED)
 
     # ------------------------------------------------------------------------- requests
-    def init_producer_id(self, transactional_id: str, timeout_ms: int, now_ms: int) -> Answer:
+    def init_producer_id(self, transactional_id: str, timeout_ms: int, now_ms: int,
+                         expected: tuple[int, int] | None = None) -> Answer:
+        """expected: the (producer id, epoch) a producer names to have its own epoch bumped
+        (InitProducerId v3+, KIP-360); any other than the id's current one is fenced."""
         if not 0 < timeout_ms <= self.timeout_max_ms:
             return Answer(E.INVALID_TRANSACTION_TIMEOUT)
         m = self.ids.get(transactional_id)
+        if expected is not None and (m is None or m.entry.producer_epoch < 0 or (
+                m.entry.producer_id, m.entry.producer_epoch) != expected):
+            return Answer(E.PRODUCER_FENCED if m is not None else E.INVALID_PRODUCER_ID_MAPPING)
         if m is None:
             pid = self.new_producer_id()
             entry = TxnLogEntry(pid, 0, timeout_ms, Status.EMPTY, frozenset(), now_ms, -1)

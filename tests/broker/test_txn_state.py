@@ -62,6 +62,20 @@ def test_a_new_producer_fences_the_old_one() -> None:
     assert s.add_partitions("t", pid, epoch + 1, [("a", 0)], 3).write is not None
 
 
+def test_a_producer_naming_its_epoch_is_bumped_only_from_the_current_one() -> None:
+    """KIP-360: InitProducerId v3+ may name the producer's id and epoch."""
+    s = coordinator()
+    pid, epoch = started(s)
+    bumped = durable(s, "t", s.init_producer_id("t", TIMEOUT_MS, 2, expected=(pid, epoch)))
+    assert (bumped.producer_id, bumped.producer_epoch) == (pid, epoch + 1)
+    assert s.init_producer_id("t", TIMEOUT_MS, 3, expected=(pid, epoch)).error == \
+        E.PRODUCER_FENCED
+    assert s.init_producer_id("t", TIMEOUT_MS, 3, expected=(pid + 1, epoch + 1)).error == \
+        E.PRODUCER_FENCED
+    assert s.init_producer_id("other", TIMEOUT_MS, 3, expected=(pid, 0)).error == \
+        E.INVALID_PRODUCER_ID_MAPPING
+
+
 def test_a_commit_goes_through_prepare_and_complete() -> None:
     s = coordinator()
     pid, epoch = started(s)

@@ -1,0 +1,208 @@
+"""`TxnCoordinator`: the transactional ids of the `__transaction_state` partitions this broker
+leads (KIP-98).
+
+Theory of operation
+-------------------
+A transactional id belongs to partition `abs(java_hashcode(id)) % partitions` of
+`__transaction_state` (Kafka's rule), and its coordinator is that partition's leader, as a group's
+is the leader of its `__consumer_offsets` partition (internal_topics.py does the finding, the
+creating on first lookup, the replicated appends and the reading back for both).
+
+    leader at a new epoch   a `TxnShard` is made, LOADING: the partition's log is replayed from
+                            its start (log_records.py) into the shard's `TxnState`; requests for
+                            its ids get COORDINATOR_LOAD_IN_PROGRESS meanwhile. Then ACTIVE.
+    follower, offline, gone the shard is dropped: its requests get NOT_COORDINATOR, so clients
+                            look up the new coordinator, which loads the same log.
+
+The decisions are the pure state machine's (state.py): a request either gets an error at once or
+a transition, which is appended to the partition and waited for until replicated (acks=all
+within WRITE_TIMEOUT_MS) before it is applied (`written`) and the request answered; a failed
+write leaves the id as it was (`write_failed`). Append errors map as Kafka's transaction state
+manager maps them: a lost leadership is NOT_COORDINATOR, too few replicas or a timeout
+COORDINATOR_NOT_AVAILABLE, both retried by clients after a new lookup.
+
+Producer ids come from the broker's allocator (producer_ids.py), shared with idempotent
+producers: ids never repeat across brokers and restarts, so an id that moves to another
+coordinator (a new leader of its partition) cannot collide with one handed out there.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from epochlog.protocol.error_codes import ErrorCode
+
+from ..broker_app import producer_ids_of
+from ..internal_topics import InternalTopic
+from ..partition import Partition
+from . import log_records
+from .state import TxnState
+
+if TYPE_CHECKING:
+    from ..broker_app import BrokerApp
+
+log = logging.getLogger("epochlog.broker")
+E = ErrorCode
+
+TXN_TOPIC = "__transaction_state"
+TXN_SEGMENT_BYTES = 100 << 20  # Kafka's transaction.state.log.segment.bytes
+WRITE_TIMEOUT_MS = 30_000  # Kafka's coordinator waits its request.timeout.ms for an append
+
+_WRITE_ERRORS: dict[int, int] = {
+    E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_ENOUGH_REPLICAS_AFTER_APPEND: E.COORDINATOR_NOT_AVAILABLE,
+    E.REQUEST_TIMED_OUT: E.COORDINATOR_NOT_AVAILABLE,
+    E.NOT_LEADER_OR_FOLLOWER: E.NOT_COORDINATOR,
+    E.KAFKA_STORAGE_ERROR: E.NOT_COORDINATOR,
+    E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+    E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
+}
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(eq=False)
+class TxnShard:
+    """Our leadership of one transaction state partition, at one leader epoch, and its ids."""
+
+    index: int
+    leader_epoch: int
+    state: TxnState
+    loading: bool = True
+
+
+@dataclass(frozen=True)
+class ProducerIdAndEpoch:
+    error: int
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+class TxnCoordinator:
+    def __init__(self, app: BrokerApp, *, clock: Callable[[], int] = wall_clock_ms) -> None:
+        c = app.config
+        self.app = app
+        self.clock = clock  # wall clock: the log's timestamps and the transactions' timeouts
+        self.timeout_max_ms = c.transaction_max_timeout_ms
+        self.shards: dict[int, TxnShard] = {}
+        self.topic = InternalTopic(
+            app, TXN_TOPIC, partitions=c.transaction_state_log_num_partitions,
+            replication_factor=c.transaction_state_log_replication_factor,
+            configs=[("cleanup.policy", "compact"), ("segment.bytes", str(TXN_SEGMENT_BYTES))],
+            timeout_ms=WRITE_TIMEOUT_MS, wall_clock=clock)
+
+    def _new_producer_id(self) -> int:
+        return producer_ids_of(self.app).allocate()
+
+    # -------------------------------------------------------------------- partitions, shards
+    def on_partition(self, topic: str, index: int, partition: Partition | None) -> None:
+        """The replica manager applied a state of one of our partitions (None: gone)."""
+        if topic != TXN_TOPIC:
+            return
+        shard = self.shards.get(index)
+        if partition is not None and partition.is_leader:
+            if shard is not None and shard.leader_epoch == partition.leader_epoch:
+                return  # an ISR change
+            if shard is not None:
+                self._unload(shard, "a new leader epoch")
+            shard = self.shards[index] = TxnShard(
+                index, partition.leader_epoch,
+                TxnState(self._new_producer_id, self.timeout_max_ms))
+            self.app.spawn(self._load(shard, partition), f"load {TXN_TOPIC}-{index}")
+        elif shard is not None:
+            self._unload(shard, "no longer the leader")
+
+    def _unload(self, shard: TxnShard, why: str) -> None:
+        if self.shards.get(shard.index) is shard:
+            del self.shards[shard.index]
+        log.info("%s-%d: unloaded %d transactional ids (leader epoch %d): %s", TXN_TOPIC,
+                 shard.index, len(shard.state.ids), shard.leader_epoch, why)
+
+    async def _load(self, shard: TxnShard, partition: Partition) -> None:
+        started = time.monotonic()
+        end = partition.log.log_end_offset
+        records = 0
+        async for r in self.topic.records(partition, end,
+                                          lambda: self.shards.get(shard.index) is shard):
+            records += 1
+            try:
+                transactional_id, entry = log_records.parse(r.key, r.value, r.offset)
+            except log_records.BadRecord as exc:
+                log.error("%s-%d: skipped: %s", TXN_TOPIC, shard.index, exc)
+                continue
+            shard.state.load(transactional_id, entry)
+        if self.shards.get(shard.index) is not shard:
+            return
+        shard.loading = False
+        log.info("%s-%d: loaded %d transactional ids from %d records (offsets %d-%d) at leader "
+                 "epoch %d in %d ms", TXN_TOPIC, shard.index, len(shard.state.ids), records,
+                 partition.log.log_start_offset, end, shard.leader_epoch,
+                 (time.monotonic() - started) * 1000)
+
+    def _shard(self, transactional_id: str) -> tuple[TxnShard | None, int]:
+        """The shard that holds transactional_id, or the error to answer."""
+        shard = self.shards.get(self.topic.partition_for(transactional_id))
+        if shard is None:
+            return None, E.NOT_COORDINATOR
+        if self.topic.leading(shard.index, shard.leader_epoch) is None:
+            self._unload(shard, "leadership lost")
+            return None, E.NOT_COORDINATOR
+        if shard.loading:
+            return None, E.COORDINATOR_LOAD_IN_PROGRESS
+        return shard, 0
+
+    def close(self) -> None:
+        for shard in list(self.shards.values()):
+            self._unload(shard, "broker stopping")
+
+    # -------------------------------------------------------------------------- the log
+    async def _write(self, shard: TxnShard, transactional_id: str,
+                     entry: log_records.TxnLogEntry) -> int:
+        """Append the id's new state, wait until it is replicated, apply it: an error code."""
+        error, _ = await self.topic.append(
+            shard.index, shard.leader_epoch,
+            [(log_records.txn_key(transactional_id), log_records.txn_value(entry))],
+            _WRITE_ERRORS)
+        error = _WRITE_ERRORS.get(error, error)
+        if self.shards.get(shard.index) is not shard:
+            return error or E.NOT_COORDINATOR  # unloaded meanwhile: the new leader reloads it
+        if error:
+            shard.state.write_failed(transactional_id)
+            log.info("transactional id %s: writing %s failed: %s", transactional_id,
+                     entry.status.kafka_name, E(error).name)
+            return error
+        shard.state.written(transactional_id, entry)
+        return 0
+
+    # -------------------------------------------------------------------------- requests
+    async def find(self, transactional_id: str, listener: str) -> tuple[int, int, str, int]:
+        """(error, node id, host, port) of the transactional id's coordinator."""
+        return await self.topic.find(transactional_id, listener)
+
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None) -> ProducerIdAndEpoch:
+        """InitProducerId with a transactional id: the id's producer id and a new epoch, which
+        fences every earlier producer of the id."""
+        shard, error = self._shard(transactional_id)
+        if shard is None:
+            return ProducerIdAndEpoch(error)
+        try:
+            answer = shard.state.init_producer_id(transactional_id, timeout_ms, self.clock(),
+                                                  expected)
+        except OSError as exc:  # the next block of producer ids could not be reserved
+            log.warning("transactional id %s: no producer id: %s", transactional_id, exc)
+            return ProducerIdAndEpoch(E.COORDINATOR_NOT_AVAILABLE)
+        if answer.write is not None:
+            error = await self._write(shard, transactional_id, answer.write)
+            if error:
+                return ProducerIdAndEpoch(error)
+            log.info("transactional id %s: producer id %d at epoch %d", transactional_id,
+                     answer.write.producer_id, answer.write.producer_epoch)
+        return ProducerIdAndEpoch(answer.error, answer.producer_id, answer.producer_epoch)
