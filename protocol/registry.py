@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from .api import Api
 from .apis import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     alter_partition,
     api_versions,
@@ -21,7 +23,9 @@ from .apis import (
     describe_log_dirs,
     describe_producers,
     describe_topic_partitions,
+    describe_transactions,
     elect_leaders,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
@@ -32,6 +36,7 @@ from .apis import (
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -40,7 +45,9 @@ from .apis import (
     produce,
     stop_replica,
     sync_group,
+    txn_offset_commit,
     update_metadata,
+    write_txn_markers,
 )
 from .errors import UnsupportedVersion
 
@@ -48,8 +55,10 @@ _MODULES = (produce, fetch, list_offsets, metadata, leader_and_isr, stop_replica
             controlled_shutdown, offset_commit, offset_fetch, find_coordinator, join_group,
             heartbeat, leave_group, sync_group, describe_groups, list_groups, api_versions,
             create_topics, delete_topics, init_producer_id, offset_for_leader_epoch,
-            describe_configs, create_partitions, elect_leaders, alter_partition, describe_cluster,
-            broker_registration, broker_heartbeat, delete_groups, offset_delete,
+            add_partitions_to_txn, add_offsets_to_txn, end_txn, write_txn_markers,
+            txn_offset_commit, describe_configs, create_partitions, elect_leaders, alter_partition,
+            describe_cluster, broker_registration, broker_heartbeat, describe_transactions,
+            list_transactions, delete_groups, offset_delete,
             delete_records, describe_log_dirs, describe_producers, alter_configs,
             incremental_alter_configs, describe_topic_partitions)
 
