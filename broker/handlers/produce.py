@@ -6,8 +6,9 @@ and carries epochlog's KIP-359 field: each partition's `current_leader_epoch` (t
 protocol/apis/produce.py), fenced as Fetch is: older than the leader's epoch -> FENCED_LEADER_EPOCH,
 newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
 
-Each batch's structure is checked here (whole, magic 2, size against message_max_bytes, not
-transactional) before the leader appends it through storage, which checks its CRC (once; a
+Each batch's structure is checked here (whole, magic 2, size against message_max_bytes, not a
+control batch, transactional only in a request naming a transactional id) before the leader
+appends it through storage, which checks its CRC (once; a
 mismatch is CORRUPT_MESSAGE), assigns offsets from the log end and stamps our leader epoch.
 Idempotent producers: storage's producer state checks sequences; a retried batch (Kafka's
 DUPLICATE_SEQUENCE_NUMBER case) is answered as a success with its original offsets, as Kafka does;
@@ -18,8 +19,12 @@ any sequence.
 acks: 0 -> no answer; 1 -> answered once the leader has appended; -1 (all) -> answered when the
 high watermark passes the last batch (the produce purgatory, woken when it moves) or after
 timeout_ms with REQUEST_TIMED_OUT; a partition that lost its leadership meanwhile answers
-NOT_LEADER_OR_FOLLOWER. Anything else is INVALID_REQUIRED_ACKS. Transactions are not supported:
-a request naming a transactional id is refused with INVALID_REQUEST.
+NOT_LEADER_OR_FOLLOWER. Anything else is INVALID_REQUIRED_ACKS.
+
+Transactions (KIP-98): a transactional batch opens the producer's transaction in the partition
+(storage's producer state), which the coordinator's marker closes (handlers/write_txn_markers.py);
+meanwhile the producer may not write outside it (INVALID_TXN_STATE). As Kafka before KIP-890, the
+leader does not ask the coordinator whether the partition was added to the transaction.
 
 min.insync.replicas (the topic's, Kafka's exact rules; acks 0 and 1 are unaffected):
 - before appending, acks=all with an ISR (the one we hold, not counting a proposal in flight)
@@ -70,9 +75,10 @@ class _Refused(Exception):
         super().__init__(message)
 
 
-def _check_batches(records: bytes | None, bytes_max: int) -> None:
-    """What the request may carry: whole v2 batches, none too large, none transactional. CRCs
-    are checked once, by storage as it appends (CORRUPT_MESSAGE), not here as well."""
+def _check_batches(records: bytes | None, bytes_max: int, transactional_id: str | None) -> None:
+    """What the request may carry: whole v2 batches, none too large, no control batch, and
+    transactional ones only in a request naming its transactional id. CRCs are checked once, by
+    storage as it appends (CORRUPT_MESSAGE), not here as well."""
     if not records:
         raise _Refused(E.CORRUPT_MESSAGE, "no record batches")
     pos = 0
@@ -89,13 +95,17 @@ def _check_batches(records: bytes | None, bytes_max: int) -> None:
         if header.size > bytes_max:
             raise _Refused(E.MESSAGE_TOO_LARGE, f"batch of {header.size} bytes is over "
                                                 f"max.message.bytes {bytes_max}")
-        if header.is_transactional or header.is_control:
-            raise _Refused(E.INVALID_RECORD, "transactional and control batches are not "
-                                             "accepted (no transactions)")
+        if header.is_control:
+            raise _Refused(E.INVALID_RECORD, "a control batch: only the transaction "
+                                             "coordinator writes those (WriteTxnMarkers)")
+        if header.is_transactional and not transactional_id:
+            raise _Refused(E.INVALID_RECORD, "a transactional batch in a request that names "
+                                             "no transactional id")
         pos += header.size
 
 
-def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int
+def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int,
+           transactional_id: str | None = None
            ) -> tuple[PartitionProduceResponse, Partition | None, int]:
     """The answer for one partition, and (partition, last offset) to wait for under acks=all
     (partition None: nothing to wait for)."""
@@ -111,7 +121,7 @@ def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int
                                 f"min.insync.replicas={partition.min_insync_replicas} members")
         return answer, None, -1
     try:
-        _check_batches(data.records, partition.log.config.max_message_bytes)
+        _check_batches(data.records, partition.log.config.max_message_bytes, transactional_id)
         assert data.records is not None
         info = partition.append_as_leader(data.records)
     except _Refused as exc:
@@ -133,8 +143,6 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     refuse = 0
     if request.acks not in ACKS:
         refuse = E.INVALID_REQUIRED_ACKS
-    elif request.transactional_id:
-        refuse = E.INVALID_REQUEST
     waits: list[tuple[PartitionProduceResponse, Partition, int, int]] = []
     topics = []
     for topic in request.topic_data:
@@ -143,7 +151,8 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             if refuse:
                 answers.append(PartitionProduceResponse(index=data.index, error_code=refuse))
                 continue
-            answer, partition, last_offset = append(app, topic.name, data, request.acks)
+            answer, partition, last_offset = append(app, topic.name, data, request.acks,
+                                                    request.transactional_id)
             answers.append(answer)
             if partition is not None:
                 waits.append((answer, partition, partition.leader_epoch, last_offset))

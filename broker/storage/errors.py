@@ -14,6 +14,8 @@ MESSAGE_TOO_LARGE = 10
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
 DUPLICATE_SEQUENCE_NUMBER = 46
 INVALID_PRODUCER_EPOCH = 47
+INVALID_TXN_STATE = 48
+TRANSACTION_COORDINATOR_FENCED = 52
 KAFKA_STORAGE_ERROR = 56
 INVALID_RECORD = 87
 INVALID_TIMESTAMP = 32
@@ -74,6 +76,18 @@ class InvalidProducerEpoch(AppendRefused):
 
 class OutOfOrderSequence(AppendRefused):
     error_code = OUT_OF_ORDER_SEQUENCE_NUMBER
+
+
+class InvalidTxnState(AppendRefused):
+    """A producer with a transaction open here writes outside it."""
+
+    error_code = INVALID_TXN_STATE
+
+
+class CoordinatorFenced(AppendRefused):
+    """A transaction marker from a coordinator older than the last marker's."""
+
+    error_code = TRANSACTION_COORDINATOR_FENCED
 
 
 class DuplicateSequence(AppendRefused):

@@ -49,6 +49,7 @@ from epochlog.protocol.batch import (
     set_log_append_time,
     stamp,
 )
+from epochlog.protocol.control_records import Marker, read_marker
 from epochlog.protocol.records import decode_batch, recompress
 
 from .checkpoints import TMP_SUFFIX, fsync_dir, write_atomically
@@ -187,7 +188,7 @@ class Log:
         with it the whole broker."""
         why = "the open found a batch header that does not parse"
         try:
-            self.producer_state.update_all(self._headers_from(self.log_start_offset))
+            self.producer_state.update_all(self._producer_batches_from(self.log_start_offset))
             return
         except CorruptLog as exc:
             problem = exc
@@ -351,7 +352,12 @@ class Log:
         if self.config.log_append_time:
             stamped = [(pos, set_log_append_time(buf, pos, header, now_ms))
                        for pos, header in stamped]
-        duplicate = self.producer_state.check([h for _, h in stamped])
+        for pos, header in stamped:
+            if header.is_control:  # a transaction marker (WriteTxnMarkers; clients may not)
+                marker = _marker_of(buf, pos, header)
+                self.producer_state.check_marker(header.producer_id, header.producer_epoch,
+                                                 marker.coordinator_epoch)
+        duplicate = self.producer_state.check([h for _, h in stamped if not h.is_control])
         if duplicate is not None:
             return AppendInfo(duplicate.first_offset, duplicate.last_offset,
                               duplicate.max_timestamp_ms, 1, 0, duplicate=True)
@@ -408,8 +414,9 @@ class Log:
                                     f"{self.directory}", exc) from None
         if self.disk is not None:
             self.disk.succeeded()
-        for _, header in stamped:
-            self.producer_state.update(header)
+        for pos, header in stamped:
+            marker = _marker_of(buf, pos, header) if header.is_control else None
+            self.producer_state.update(header, marker)
             self._unflushed_messages += header.record_count
         if self.auto_flush and self.flush_due():
             with contextlib.suppress(DiskWriteFailed):  # the batches are in: a flush comes again
@@ -606,6 +613,26 @@ class Log:
         # a producer may claim a max timestamp no record has: answer the batch, as Kafka would
         return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
+    def _producer_batches_from(self, offset: int
+                               ) -> Iterator[tuple[BatchHeader, Marker | None]]:
+        """(header, marker of a control batch) of the batches whose last offset is at or above
+        offset: what the producer state is rebuilt from. A control batch whose marker does not
+        read is taken as ending nothing (its CRC is checked when it is read for a client)."""
+        for segment in self._segments:
+            if segment.next_offset <= offset:
+                continue
+            for pos, header in segment.headers():
+                if header.last_offset < offset:
+                    continue
+                marker = None
+                if header.is_control:
+                    try:
+                        marker = read_marker(segment.read_batch(pos, header))
+                    except CorruptBatch:
+                        log.warning("%s: the control batch at offset %d holds no transaction "
+                                    "marker", self.directory, header.base_offset)
+                yield header, marker
+
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches whose last offset is at or above offset."""
         for segment in self._segments:
@@ -675,7 +702,7 @@ class Log:
         self.high_watermark = max(min(self.high_watermark, end), self.log_start_offset)
         self.recovery_point = min(self.recovery_point, end)
         self.producer_state.clear()
-        self.producer_state.update_all(self._headers_from(self.log_start_offset))
+        self.producer_state.update_all(self._producer_batches_from(self.log_start_offset))
 
     def advance_log_start_offset(self, offset: int) -> bool:
         """Make offsets below offset unreadable; delete the segments wholly below it."""
@@ -739,6 +766,13 @@ def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHe
                 raise InvalidRecord(f"compacted topic partition {os.path.basename(directory)} "
                                     f"cannot accept a record without a key")
         position += header.size
+
+
+def _marker_of(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> Marker:
+    try:
+        return read_marker(memoryview(buf)[pos:pos + header.size])
+    except CorruptBatch as exc:
+        raise CorruptRecords(f"control batch at offset {header.base_offset}: {exc}") from None
 
 
 def _recompressed(records: bytes | bytearray | memoryview, headers: list[BatchHeader],

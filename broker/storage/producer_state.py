@@ -9,8 +9,17 @@ follower path and when the log is reopened (`update`):
 - a new epoch must start at sequence 0; within an epoch the first sequence must follow the last
   one (wrapping at int32 max); a producer we know nothing of may start anywhere.
 
+Transactions (KIP-98): a producer's first transactional batch opens its transaction here
+(`txn_first_offset`); a transaction marker (a control batch, written by WriteTxnMarkers from the
+transaction coordinator) closes it, and remembers the coordinator's epoch: a marker from an older
+coordinator is refused (CoordinatorFenced), as a stale leader epoch is. A producer whose
+transaction is open may not write outside it (InvalidTxnState). Markers carry no sequence and do
+not count as the producer's batches. `open_transactions()` gives where each open transaction
+starts: nothing at or after the earliest is stable yet.
+
 The state is a function of the batches in [log start, log end): `truncate_head` drops what falls
-below the log start, and after a truncation at the end the log rebuilds the state from its batches.
+below the log start, and after a truncation at the end the log rebuilds the state from its batches
+(reading the record of each marker for its type and coordinator epoch).
 No snapshot files: rebuilding reads every batch header once (see the storage notes).
 """
 
@@ -20,8 +29,15 @@ from collections.abc import Iterable
 from typing import NamedTuple
 
 from epochlog.protocol.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
+from epochlog.protocol.control_records import Marker
 
-from .errors import DuplicateSequence, InvalidProducerEpoch, OutOfOrderSequence
+from .errors import (
+    CoordinatorFenced,
+    DuplicateSequence,
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    OutOfOrderSequence,
+)
 
 BATCHES_PER_PRODUCER_MAX = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 SEQUENCE_MAX = 2**31 - 1
@@ -38,6 +54,8 @@ class BatchMetadata(NamedTuple):
 class ProducerEntry(NamedTuple):
     producer_epoch: int
     batches: tuple[BatchMetadata, ...]
+    txn_first_offset: int = -1  # where the producer's open transaction starts here; -1: none
+    coordinator_epoch: int = -1  # of the last transaction marker
 
     @property
     def last_sequence(self) -> int:
@@ -47,7 +65,15 @@ class ProducerEntry(NamedTuple):
         batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
                               header.last_offset, header.max_timestamp)
         kept = self.batches if header.producer_epoch == self.producer_epoch else ()
-        return ProducerEntry(header.producer_epoch, (kept + (batch,))[-BATCHES_PER_PRODUCER_MAX:])
+        txn = self.txn_first_offset
+        if header.is_transactional and txn < 0:
+            txn = header.base_offset
+        return ProducerEntry(header.producer_epoch, (kept + (batch,))[-BATCHES_PER_PRODUCER_MAX:],
+                             txn, self.coordinator_epoch)
+
+    def with_marker(self, header: BatchHeader, marker: Marker) -> ProducerEntry:
+        kept = self.batches if header.producer_epoch == self.producer_epoch else ()
+        return ProducerEntry(header.producer_epoch, kept, -1, marker.coordinator_epoch)
 
 
 def _is_idempotent(header: BatchHeader) -> bool:
@@ -64,8 +90,8 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
 
     def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
-        """Validate a leader append; the original batch if it is a retry of one. Raises the
-        AppendRefused subclass that names the problem. Changes nothing."""
+        """Validate a leader append of data batches; the original batch if it is a retry of
+        one. Raises the AppendRefused subclass that names the problem. Changes nothing."""
         staged: dict[int, ProducerEntry] = {}
         for header in headers:
             if not _is_idempotent(header):
@@ -79,19 +105,48 @@ class ProducerStateManager:
                 raise DuplicateSequence(f"producer {pid}: batch with sequences "
                                         f"{header.base_sequence}..{header.last_sequence} was "
                                         "already written, inside a request of several batches")
+            if entry is not None and entry.txn_first_offset >= 0 \
+                    and not header.is_transactional:
+                raise InvalidTxnState(f"producer {pid}: a batch outside its transaction, open "
+                                      f"here since offset {entry.txn_first_offset}")
             staged[pid] = (entry or ProducerEntry(header.producer_epoch, ())).with_batch(header)
         return None
 
-    def update(self, header: BatchHeader) -> None:
-        """Record a batch that is now in the log."""
-        if _is_idempotent(header):
-            entry = self.producers.get(header.producer_id)
-            base = entry or ProducerEntry(header.producer_epoch, ())
-            self.producers[header.producer_id] = base.with_batch(header)
+    def check_marker(self, producer_id: int, producer_epoch: int,
+                     coordinator_epoch: int) -> None:
+        """Validate a transaction marker the leader is about to write."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.producer_epoch:
+            raise InvalidProducerEpoch(f"producer {producer_id}: a marker at epoch "
+                                       f"{producer_epoch}, older than {entry.producer_epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise CoordinatorFenced(f"producer {producer_id}: a marker from coordinator epoch "
+                                    f"{coordinator_epoch}, older than "
+                                    f"{entry.coordinator_epoch}")
 
-    def update_all(self, headers: Iterable[BatchHeader]) -> None:
-        for header in headers:
-            self.update(header)
+    def update(self, header: BatchHeader, marker: Marker | None = None) -> None:
+        """Record a batch that is now in the log (a control batch with its marker; one
+        without a marker ends nothing)."""
+        if not _is_idempotent(header):
+            return
+        entry = self.producers.get(header.producer_id)
+        base = entry or ProducerEntry(header.producer_epoch, ())
+        if header.is_control:
+            if marker is not None:
+                self.producers[header.producer_id] = base.with_marker(header, marker)
+            return
+        self.producers[header.producer_id] = base.with_batch(header)
+
+    def update_all(self, batches: Iterable[tuple[BatchHeader, Marker | None]]) -> None:
+        for header, marker in batches:
+            self.update(header, marker)
+
+    def open_transactions(self) -> dict[int, int]:
+        """producer id -> the first offset of its open transaction."""
+        return {pid: e.txn_first_offset for pid, e in self.producers.items()
+                if e.txn_first_offset >= 0}
 
     def last_sequence(self, producer_id: int) -> int:
         entry = self.producers.get(producer_id)
@@ -101,10 +156,10 @@ class ProducerStateManager:
         """Forget the batches now below the log start, and producers left with none."""
         for pid, entry in list(self.producers.items()):
             kept = tuple(b for b in entry.batches if b.last_offset >= log_start_offset)
-            if not kept:
+            if not kept and entry.txn_first_offset < 0:
                 del self.producers[pid]
             elif len(kept) != len(entry.batches):
-                self.producers[pid] = ProducerEntry(entry.producer_epoch, kept)
+                self.producers[pid] = entry._replace(batches=kept)
 
     def clear(self) -> None:
         self.producers.clear()
