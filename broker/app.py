@@ -143,6 +143,7 @@ class Broker:
             self.spawn(self._cleaner_loop(self.cleaner), "cleaner")
         self.spawn(isr_task.run(), "isr")
         self.spawn(self.groups.run(), "groups")
+        self.spawn(self.txns.run(), "transactions")
         if self.config.metrics_address is not None:
             serve_metrics(self, self.stats, *self.config.metrics_address)
         return generation
@@ -210,7 +211,7 @@ class Broker:
         if self.groups is not None:
             self.groups.close()  # parked group requests: NOT_COORDINATOR
         if self.txns is not None:
-            self.txns.close()
+            await self.txns.close()
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

@@ -1,4 +1,5 @@
-"""`epochlog apis`: the APIs and versions this build speaks (what ApiVersions advertises)."""
+"""`epochlog apis`: the APIs and versions this build's protocol package declares (a broker
+advertises, in ApiVersions, those of them its handlers serve)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("apis", help="list the Kafka APIs and versions epochlog speaks")
+    p = subparsers.add_parser("apis", help="list the Kafka APIs and versions epochlog's protocol declares")
     p.set_defaults(func=run)
 
 

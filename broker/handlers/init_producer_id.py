@@ -22,6 +22,7 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from ..broker_app import producer_ids_of, replicas_of, txns_of
 from . import register
+from ._txn import fenced_as
 
 if TYPE_CHECKING:
     from ..server import RequestContext
@@ -35,10 +36,8 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
             expected = (request.producer_id, request.producer_epoch)
         answer = await txns_of(ctx.app).init_producer_id(
             request.transactional_id, request.transaction_timeout_ms, expected)
-        error = answer.error
-        if error == ErrorCode.PRODUCER_FENCED and ctx.version < 4:
-            error = ErrorCode.INVALID_PRODUCER_EPOCH
-        return InitProducerIdResponse(error_code=error, producer_id=answer.producer_id,
+        return InitProducerIdResponse(error_code=fenced_as(answer.error, ctx.version, 4),
+                                      producer_id=answer.producer_id,
                                       producer_epoch=answer.producer_epoch)
     allocator = producer_ids_of(ctx.app)
     try:

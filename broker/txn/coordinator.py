@@ -21,6 +21,14 @@ write leaves the id as it was (`write_failed`). Append errors map as Kafka's tra
 manager maps them: a lost leadership is NOT_COORDINATOR, too few replicas or a timeout
 COORDINATOR_NOT_AVAILABLE, both retried by clients after a new lookup.
 
+Ending a transaction is two-phase. EndTxn (or the coordinator itself, for a transaction past its
+timeout or one an InitProducerId fences) writes PrepareCommit or PrepareAbort and answers; from
+then on the outcome is decided. The markers go to every partition of the transaction
+(markers.py), and once all are written CompleteCommit or CompleteAbort is. Meanwhile the id is
+busy: requests get CONCURRENT_TRANSACTIONS, which clients retry. A coordinator that loads an id
+left in Prepare* (its predecessor died between the phases) writes its markers again and completes
+it: the decision survives the coordinator.
+
 Producer ids come from the broker's allocator (producer_ids.py), shared with idempotent
 producers: ids never repeat across brokers and restarts, so an id that moves to another
 coordinator (a new leader of its partition) cannot collide with one handed out there.
@@ -28,9 +36,10 @@ coordinator (a new leader of its partition) cannot collide with one handed out t
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +49,9 @@ from ..broker_app import producer_ids_of
 from ..internal_topics import InternalTopic
 from ..partition import Partition
 from . import log_records
-from .state import TxnState
+from .log_records import Status
+from .markers import CoordinatorFenced, MarkerWriter
+from .state import PREPARED, TxnState
 
 if TYPE_CHECKING:
     from ..broker_app import BrokerApp
@@ -51,6 +62,9 @@ E = ErrorCode
 TXN_TOPIC = "__transaction_state"
 TXN_SEGMENT_BYTES = 100 << 20  # Kafka's transaction.state.log.segment.bytes
 WRITE_TIMEOUT_MS = 30_000  # Kafka's coordinator waits its request.timeout.ms for an append
+TICK_MS = 1000  # how often transactions are checked against their timeouts
+RETRY_FIRST_MS = 50
+RETRY_MAX_MS = 1000
 
 _WRITE_ERRORS: dict[int, int] = {
     E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
@@ -92,6 +106,8 @@ class TxnCoordinator:
         self.clock = clock  # wall clock: the log's timestamps and the transactions' timeouts
         self.timeout_max_ms = c.transaction_max_timeout_ms
         self.shards: dict[int, TxnShard] = {}
+        self.markers = MarkerWriter(app)
+        self._completing: dict[str, TxnShard] = {}  # ids whose markers are being written
         self.topic = InternalTopic(
             app, TXN_TOPIC, partitions=c.transaction_state_log_num_partitions,
             replication_factor=c.transaction_state_log_replication_factor,
@@ -141,6 +157,8 @@ class TxnCoordinator:
         if self.shards.get(shard.index) is not shard:
             return
         shard.loading = False
+        for transactional_id in shard.state.unfinished():
+            self._complete_soon(shard, transactional_id)
         log.info("%s-%d: loaded %d transactional ids from %d records (offsets %d-%d) at leader "
                  "epoch %d in %d ms", TXN_TOPIC, shard.index, len(shard.state.ids), records,
                  partition.log.log_start_offset, end, shard.leader_epoch,
@@ -158,9 +176,14 @@ class TxnCoordinator:
             return None, E.COORDINATOR_LOAD_IN_PROGRESS
         return shard, 0
 
-    def close(self) -> None:
+    def _current(self, shard: TxnShard) -> bool:
+        return (self.shards.get(shard.index) is shard
+                and self.topic.leading(shard.index, shard.leader_epoch) is not None)
+
+    async def close(self) -> None:
         for shard in list(self.shards.values()):
             self._unload(shard, "broker stopping")
+        await self.markers.close()
 
     # -------------------------------------------------------------------------- the log
     async def _write(self, shard: TxnShard, transactional_id: str,
@@ -203,6 +226,105 @@ class TxnCoordinator:
             error = await self._write(shard, transactional_id, answer.write)
             if error:
                 return ProducerIdAndEpoch(error)
-            log.info("transactional id %s: producer id %d at epoch %d", transactional_id,
-                     answer.write.producer_id, answer.write.producer_epoch)
+            if answer.write.status in PREPARED:  # fenced an open transaction: abort it
+                log.info("transactional id %s: a new producer fences epoch %d and aborts its "
+                         "transaction", transactional_id, answer.write.producer_epoch - 1)
+                self._complete_soon(shard, transactional_id)
+            else:
+                log.info("transactional id %s: producer id %d at epoch %d", transactional_id,
+                         answer.write.producer_id, answer.write.producer_epoch)
         return ProducerIdAndEpoch(answer.error, answer.producer_id, answer.producer_epoch)
+
+    async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                             partitions: Sequence[tuple[str, int]]) -> int:
+        """AddPartitionsToTxn (and AddOffsetsToTxn's offsets partition): an error code."""
+        shard, error = self._shard(transactional_id)
+        if shard is None:
+            return error
+        answer = shard.state.add_partitions(transactional_id, producer_id, producer_epoch,
+                                            partitions, self.clock())
+        if answer.write is not None:
+            return await self._write(shard, transactional_id, answer.write)
+        return answer.error
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                      commit: bool) -> int:
+        """EndTxn: the decision written (Prepare*), the markers then on their way."""
+        shard, error = self._shard(transactional_id)
+        if shard is None:
+            return error
+        answer = shard.state.end_txn(transactional_id, producer_id, producer_epoch, commit,
+                                     self.clock())
+        if answer.write is None:
+            return answer.error
+        error = await self._write(shard, transactional_id, answer.write)
+        if error:
+            return error
+        self._complete_soon(shard, transactional_id)
+        return answer.error
+
+    # ------------------------------------------------------------------- the second phase
+    def _complete_soon(self, shard: TxnShard, transactional_id: str) -> None:
+        if self._completing.get(transactional_id) is shard:
+            return
+        self._completing[transactional_id] = shard
+        self.app.spawn(self._complete(shard, transactional_id),
+                       f"complete transaction {transactional_id}")
+
+    async def _complete(self, shard: TxnShard, transactional_id: str) -> None:
+        try:
+            await self._write_markers_then_complete(shard, transactional_id)
+        finally:
+            if self._completing.get(transactional_id) is shard:
+                del self._completing[transactional_id]
+
+    async def _write_markers_then_complete(self, shard: TxnShard, transactional_id: str) -> None:
+        m = shard.state.ids.get(transactional_id)
+        if m is None or m.status not in PREPARED:
+            return
+        entry = m.entry
+        commit = entry.status is Status.PREPARE_COMMIT
+        try:
+            written = await self.markers.write(
+                transactional_id, entry.producer_id, entry.producer_epoch, commit,
+                shard.leader_epoch, entry.partitions, lambda: self._current(shard))
+        except CoordinatorFenced as exc:
+            log.warning("transactional id %s: markers not written, %s", transactional_id, exc)
+            return
+        if not written:
+            return  # no longer the coordinator: the next one writes them again
+        delay_ms = RETRY_FIRST_MS
+        while self._current(shard):
+            answer = shard.state.markers_written(transactional_id, self.clock())
+            if answer.write is None:
+                return
+            if not await self._write(shard, transactional_id, answer.write):
+                log.info("transactional id %s: producer id %d epoch %d %s in %d partitions",
+                         transactional_id, entry.producer_id, entry.producer_epoch,
+                         "committed" if commit else "aborted", len(entry.partitions))
+                return
+            await asyncio.sleep(delay_ms / 1000)
+            delay_ms = min(delay_ms * 2, RETRY_MAX_MS)
+
+    # ------------------------------------------------------------------------- timeouts
+    async def run(self) -> None:
+        """Abort the transactions past their timeout (and fence their producers)."""
+        while True:
+            now = self.clock()
+            for shard in list(self.shards.values()):
+                if shard.loading or not self._current(shard):
+                    continue
+                for transactional_id in shard.state.timed_out(now):
+                    answer = shard.state.abort_timed_out(transactional_id, now)
+                    if answer.write is not None:
+                        self.app.spawn(self._abort(shard, transactional_id, answer.write),
+                                       f"abort transaction {transactional_id}")
+            await asyncio.sleep(TICK_MS / 1000)
+
+    async def _abort(self, shard: TxnShard, transactional_id: str,
+                     entry: log_records.TxnLogEntry) -> None:
+        if not await self._write(shard, transactional_id, entry):
+            log.info("transactional id %s: aborting the transaction past its timeout of %d ms "
+                     "(producer epoch now %d)", transactional_id, entry.timeout_ms,
+                     entry.producer_epoch)
+            self._complete_soon(shard, transactional_id)

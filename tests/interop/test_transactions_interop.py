@@ -1,6 +1,7 @@
 """Transactional producers (issue 18) against three real brokers: the transaction coordinator's
-InitProducerId and FindCoordinator for transactional ids, first with confluent-kafka (librdkafka)
-and then request by request.
+InitProducerId and FindCoordinator for transactional ids, AddPartitionsToTxn, EndTxn and the
+markers it has written to the partitions, first with confluent-kafka (librdkafka) and then
+request by request.
 
 A transactional id has one producer id for good; each InitProducerId bumps its epoch, and an
 epoch once bumped fences every producer that holds an older one (as a partition leader fences
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 
 from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.batch import iter_headers
+from epochlog.protocol.control_records import read_marker
 from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest
 from epochlog.protocol.error_codes import ErrorCode
@@ -40,7 +43,7 @@ def coordinator(cluster: Cluster, transactional_id: str) -> int:
         return bool(got["answer"].error_code == 0)
 
     until(ask, f"a coordinator for transactional id {transactional_id}", 60,
-          detail=lambda: got.get("answer"))
+          detail=lambda: str(got.get("answer")))
     node_id: int = got["answer"].node_id
     return node_id
 
@@ -63,8 +66,53 @@ def init_until_answered(cluster: Cluster, transactional_id: str) -> Any:
                                                  ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
                                                  ErrorCode.COORDINATOR_NOT_AVAILABLE)
 
-    until(ask, f"InitProducerId for {transactional_id}", 60, detail=lambda: got.get("answer"))
+    until(ask, f"InitProducerId for {transactional_id}", 60, detail=lambda: str(got.get("answer")))
     return got["answer"]
+
+
+def markers(cluster: Cluster, topic: str, partitions: int) -> list[tuple[int, int, bool]]:
+    """(partition, offset, commit?) of the transaction markers in every replica's log, once
+    the replicas agree on them."""
+    found: dict[int, list[list[tuple[int, int, bool]]]] = {}
+    for broker in cluster.broker_ids:
+        for p in range(partitions):
+            directory = cluster.base_dir / f"broker-{broker}" / f"{topic}-{p}"
+            seen: list[tuple[int, int, bool]] = []
+            for segment in sorted(directory.glob("*.log")):
+                data = segment.read_bytes()
+                for pos, header in iter_headers(data):
+                    if header.is_control:
+                        batch = data[pos:pos + header.size]
+                        seen.append((p, header.base_offset, read_marker(batch).commit))
+            found.setdefault(p, []).append(seen)
+    out = []
+    for p, copies in sorted(found.items()):
+        assert all(c == copies[0] for c in copies), f"{topic}-{p}: replicas differ: {copies}"
+        out += copies[0]
+    return out
+
+
+def consume_all(cluster: Cluster, topic: str, expected: int) -> list[bytes]:
+    confluent = pytest.importorskip("confluent_kafka")
+    consumer = confluent.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "group.id": f"check-{topic}", "auto.offset.reset": "earliest",
+                                   "isolation.level": "read_uncommitted",
+                                   "enable.auto.commit": False})
+    got: list[bytes] = []
+    try:
+        consumer.subscribe([topic])
+        until(lambda: bool(_poll_into(consumer, got)) and len(got) >= expected,
+              f"{expected} records of {topic}", 60, detail=lambda: str(len(got)))
+    finally:
+        consumer.close()
+    return got
+
+
+def _poll_into(consumer: Any, got: list[bytes]) -> bool:
+    for message in consumer.consume(100, 0.5):
+        assert message.error() is None, message.error()
+        got.append(message.value())
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +179,65 @@ def test_the_state_survives_its_coordinator(cluster: Cluster, tmp_path: Path) ->
             (0, before.producer_id, before.producer_epoch + 1), (before, after)
     finally:
         cluster.restart(broker)
+
+
+def test_confluent_kafka_commits_and_aborts(cluster: Cluster) -> None:
+    """A committed and an aborted transaction over three partitions: each partition the
+    transaction wrote to gets its marker (COMMIT, then ABORT) in every replica; consumers never
+    see a control record (read_uncommitted: the aborted records too, until read_committed)."""
+    confluent = pytest.importorskip("confluent_kafka")
+    cluster.create_topic("tx", partitions=3, replication_factor=3)
+    cluster.wait_fully_replicated("tx")
+    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "transactional.id": "confluent-2", "linger.ms": 5})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for i in range(30):
+        producer.produce("tx", f"committed {i}".encode(), partition=i % 3)
+    producer.commit_transaction(60)
+    producer.begin_transaction()
+    for i in range(6):
+        producer.produce("tx", f"aborted {i}".encode(), partition=i % 2)  # 0 and 1 only
+    producer.flush(30)  # written, so that there is something to abort (else librdkafka drops it)
+    producer.abort_transaction(60)
+
+    def settled() -> list[tuple[int, int, bool]] | None:
+        found = markers(cluster, "tx", 3)
+        return found if len(found) == 5 else None
+
+    found = until(settled, "a COMMIT marker in 3 partitions and an ABORT in 2", 60,
+                  detail=lambda: str(markers(cluster, "tx", 3)))
+    assert sorted((p, commit) for p, _, commit in found) == \
+        [(0, False), (0, True), (1, False), (1, True), (2, True)]
+    for p in (0, 1, 2):
+        assert [o for q, o, c in found if q == p and c] == [10], found  # after 10 records
+    got = consume_all(cluster, "tx", 36)
+    assert sorted(got) == sorted([f"committed {i}".encode() for i in range(30)]
+                                 + [f"aborted {i}".encode() for i in range(6)])
+    coordinator_log = (cluster.base_dir / "logs" /
+                       f"broker-{coordinator(cluster, 'confluent-2')}.log").read_text()
+    assert "committed in 3 partitions" in coordinator_log
+    assert "aborted in 2 partitions" in coordinator_log
+
+
+def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
+        cluster: Cluster) -> None:
+    confluent = pytest.importorskip("confluent_kafka")
+    cluster.create_topic("tx-timeout", partitions=1, replication_factor=3)
+    cluster.wait_fully_replicated("tx-timeout")
+    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "transactional.id": "confluent-slow",
+                                   "transaction.timeout.ms": 2000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce("tx-timeout", b"left open")
+    producer.flush(30)
+    until(lambda: len(markers(cluster, "tx-timeout", 1)) == 1 or None,
+          "the coordinator to abort the transaction past its timeout", 60)
+    assert markers(cluster, "tx-timeout", 1)[0][2] is False
+    with pytest.raises(confluent.KafkaException) as raised:
+        producer.commit_transaction(30)
+    error = raised.value.args[0]
+    assert error.code() in (confluent.KafkaError.PRODUCER_FENCED,
+                            confluent.KafkaError.INVALID_PRODUCER_EPOCH,
+                            confluent.KafkaError._FENCED), error

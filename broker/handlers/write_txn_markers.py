@@ -1,0 +1,98 @@
+"""WriteTxnMarkers (key 27), versions 0-1 (v1 is flexible).
+
+Sent by a transaction coordinator (broker/txn/markers.py) to the leaders of a transaction's
+partitions once it has decided the outcome: each partition gets a COMMIT or ABORT marker, a
+control batch of its own (protocol/control_records.py) with the producer's id and epoch and the
+coordinator's epoch, appended through the leader's normal append (storage checks the producer
+and coordinator epochs: an older one is INVALID_PRODUCER_EPOCH or TRANSACTION_COORDINATOR_FENCED)
+and answered once replicated to the ISR (acks=all), within MARKER_TIMEOUT_MS (REQUEST_TIMED_OUT
+then). A partition we do not lead is NOT_LEADER_OR_FOLLOWER, one nobody knows
+UNKNOWN_TOPIC_OR_PARTITION; an ISR below min.insync.replicas NOT_ENOUGH_REPLICAS. The coordinator
+retries what failed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.write_txn_markers import (
+    WritableTxnMarker,
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from epochlog.protocol.control_records import marker_batch
+from epochlog.protocol.error_codes import ErrorCode
+
+from ..broker_app import replicas_of
+from ..partition import Partition
+from ..storage import StorageError
+from . import register
+from ._partitions import leader
+from .produce import replication_error
+
+if TYPE_CHECKING:
+    from ..server import RequestContext
+
+E = ErrorCode
+MARKER_TIMEOUT_MS = 30_000
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
+                 ) -> WriteTxnMarkersResponse:
+    app = ctx.app
+    results: list[WritableTxnMarkerResult] = []
+    waits: list[tuple[WritableTxnMarkerPartitionResult, Partition, int, int]] = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            answers = []
+            for index in topic.partition_indexes:
+                answer = WritableTxnMarkerPartitionResult(partition_index=index)
+                written = _append(ctx, marker, topic.name, index, answer)
+                if written is not None:
+                    waits.append((answer, *written))
+                answers.append(answer)
+            topics.append(WritableTxnMarkerTopicResult(name=topic.name, partitions=answers))
+        results.append(WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
+    if waits:
+        await replicas_of(app).produce_purgatory.wait_until(
+            [(p.topic, p.index) for _, p, _, _ in waits],
+            lambda: all(replication_error(app, p, epoch, last) is not None
+                        for _, p, epoch, last in waits), MARKER_TIMEOUT_MS)
+        for answer, p, epoch, last in waits:
+            error = replication_error(app, p, epoch, last)
+            answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
+    return WriteTxnMarkersResponse(markers=results)
+
+
+def _append(ctx: RequestContext, marker: WritableTxnMarker, topic: str, index: int,
+            answer: WritableTxnMarkerPartitionResult) -> tuple[Partition, int, int] | None:
+    """Append one partition's marker: (partition, its leader epoch, the marker's offset) to
+    wait for, or None with answer.error_code set."""
+    partition, answer.error_code = leader(ctx.app, topic, index)
+    if partition is None:
+        return None
+    if len(partition.isr) < partition.min_insync_replicas:
+        answer.error_code = E.NOT_ENOUGH_REPLICAS
+        return None
+    batch = marker_batch(marker.transaction_result, marker.producer_id, marker.producer_epoch,
+                         marker.coordinator_epoch, _wall_clock_ms())
+    try:
+        info = partition.append_as_leader(batch)
+    except StorageError as exc:
+        answer.error_code = exc.error_code
+        return None
+    replicas_of(ctx.app).poke((topic, index))
+    return partition, partition.leader_epoch, info.last_offset
+
+
+register(ApiKey.WRITE_TXN_MARKERS, 0, 1, handle)
