@@ -8,7 +8,8 @@ from typing import Any
 
 
 def add_parser(subparsers: Any) -> None:
-    p = subparsers.add_parser("apis", help="list the Kafka APIs and versions epochlog's protocol declares")
+    p = subparsers.add_parser("apis", help="list the Kafka APIs and versions epochlog's "
+                                           "protocol declares")
     p.set_defaults(func=run)
 
 

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from epochlog.protocol.api_keys import ApiKey
-from epochlog.protocol.batch import iter_headers
-from epochlog.protocol.control_records import read_marker
 from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest
+from epochlog.protocol.batch import iter_headers
+from epochlog.protocol.control_records import read_marker
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.testing import Cluster, until
 
