@@ -201,10 +201,17 @@ class Partition:
         """KIP-320/KIP-359: 0, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
         return leader_epoch_error(current_leader_epoch, self.leader_epoch)
 
-    def readable_end(self, from_replica: bool) -> int:
-        """The offset reads stop before: the high watermark for consumers, the log end for
-        replicas (followers must see what is not yet committed to commit it)."""
-        return self.log_end_offset if from_replica else self.high_watermark
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    def readable_end(self, from_replica: bool, read_committed: bool = False) -> int:
+        """The offset reads stop before: the high watermark for consumers (the last stable
+        offset for read_committed ones), the log end for replicas (followers must see what is
+        not yet committed to commit it)."""
+        if from_replica:
+            return self.log_end_offset
+        return self.last_stable_offset if read_committed else self.high_watermark
 
     # ---------------------------------------------------------------------------- transitions
     def apply(self, new: PartitionState) -> bool:

@@ -37,6 +37,11 @@ what the seed bumped the version for; older versions get an empty answer for cas
 Every OFFSET_OUT_OF_RANGE carries our log start offset and high watermark. Replicas are out of
 range outside [log start, log end].
 
+Isolation (KIP-98): a read_committed consumer reads up to the last stable offset instead of the
+high watermark (below it every transaction is settled: storage's producer state), and gets the
+aborted transactions holding offsets of the records answered, whose records it drops; every
+answer carries the last stable offset. read_uncommitted answers no aborted transactions (null).
+
 Sizes: partition_max_bytes per partition and max_bytes per request, except that the first batch
 of the first partition with data is always returned whole (KIP-74).
 
@@ -66,6 +71,7 @@ from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.fetch import (
+    AbortedTransaction,
     EpochEndOffset,
     FetchableTopicResponse,
     FetchPartition,
@@ -74,6 +80,7 @@ from epochlog.protocol.apis.fetch import (
     LeaderIdAndEpoch,
     PartitionData,
 )
+from epochlog.protocol.batch import iter_headers
 from epochlog.protocol.error_codes import ErrorCode
 
 from ..broker_app import replicas_of
@@ -144,6 +151,10 @@ class Plan:
     @property
     def follower_reads(self) -> bool:
         return not self.from_replica and self.version >= FOLLOWER_READS_VERSION_MIN
+
+    @property
+    def read_committed(self) -> bool:
+        return not self.from_replica and self.request.isolation_level == READ_COMMITTED
 
 
 @dataclass
@@ -224,7 +235,8 @@ def positions(app: BrokerApp, plan: Plan) -> list[tuple[int, int, Role, int]]:
         if partition is None:
             out.append((-1, -1, Role.OFFLINE, -1))
         else:
-            out.append((partition.readable_end(plan.from_replica), partition.leader_epoch,
+            out.append((partition.readable_end(plan.from_replica, plan.read_committed),
+                        partition.leader_epoch,
                         partition.role, partition.high_watermark if plan.from_replica else -1))
     return out
 
@@ -238,8 +250,6 @@ def read(app: BrokerApp, plan: Plan) -> Read:
     for topic, p in plan.wants:
         data, as_follower, now = _read_one(app, plan, client, topic, p, budget,
                                            min_one=done.bytes == 0)
-        if request.isolation_level == READ_COMMITTED:
-            data.aborted_transactions = []
         size = len(data.records or b"")
         done.bytes += size
         budget -= size
@@ -260,7 +270,7 @@ def _read_one(app: BrokerApp, plan: Plan, client: ClientView, topic: str, p: Fet
         _hint_leader(app, topic, p.partition, data)
         return data, False, True
     data.high_watermark = partition.high_watermark
-    data.last_stable_offset = partition.high_watermark
+    data.last_stable_offset = partition.last_stable_offset
     data.log_start_offset = partition.log_start_offset
     if plan.from_replica:
         return data, False, _read_for_replica(app, plan, partition, p, data, budget, min_one)
@@ -274,8 +284,25 @@ def _read_one(app: BrokerApp, plan: Plan, client: ClientView, topic: str, p: Fet
     data.error_code = _consumer_offset_error(partition, p.fetch_offset, plan.follower_reads)
     if data.error_code:
         return data, as_follower, True
-    _read_records(partition, p, data, partition.high_watermark, budget, min_one)
+    if plan.read_committed:
+        _read_records(partition, p, data, data.last_stable_offset, budget, min_one)
+        data.aborted_transactions = _aborted(partition, p.fetch_offset, data)
+    else:
+        _read_records(partition, p, data, partition.high_watermark, budget, min_one)
     return data, as_follower, data.error_code != 0  # a storage error is answered at once
+
+
+def _aborted(partition: Partition, fetch_offset: int, data: PartitionData
+             ) -> list[AbortedTransaction]:
+    """The aborted transactions holding offsets of the records answered (read_committed: the
+    client drops those producers' records from each one's first offset to its marker)."""
+    if not data.records:
+        return []
+    end = fetch_offset
+    for _, header in iter_headers(data.records):
+        end = header.next_offset
+    return [AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
+            for a in partition.log.producer_state.aborted_in(fetch_offset, end)]
 
 
 def _read_for_replica(app: BrokerApp, plan: Plan, partition: Partition, p: FetchPartition,

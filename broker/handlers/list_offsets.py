@@ -16,8 +16,9 @@ Who answers, by replica_id (Kafka's rule, and KIP-392's use of the debugging id)
                               known committed)
     >= 0 (a broker)           the leader only; reads stop at the log end
 
-Timestamps: -2 earliest (the log start offset), -1 latest (the high watermark, which is also the
-last stable offset: no transactions; the log end for brokers), -3 (v7) the first record holding
+Timestamps: -2 earliest (the log start offset), -1 latest (the high watermark; for
+isolation_level read_committed the last stable offset, below which every transaction is settled;
+the log end for brokers), -3 (v7) the first record holding
 the largest timestamp, otherwise the first record at or after the timestamp (none below the end:
 offset -1). The leader epoch answered is the current one for -1, else the epoch holding the
 offset (epoch cache).
@@ -57,6 +58,7 @@ E = ErrorCode
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 MAX_TIMESTAMP_VERSION_MIN = 7
 ANY_REPLICA = -2  # KIP-392's sentinel: a client reading from whichever replica it asks
+READ_COMMITTED = 1  # isolation_level
 
 
 async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
@@ -66,14 +68,15 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
 def answer(app: BrokerApp, request: ListOffsetsRequest, version: int) -> ListOffsetsResponse:
     topics = []
     for topic in request.topics:
-        answers = [_one(app, topic.name, p, request.replica_id, version)
+        answers = [_one(app, topic.name, p, request.replica_id, version,
+                        version >= 2 and request.isolation_level == READ_COMMITTED)
                    for p in topic.partitions]
         topics.append(ListOffsetsTopicResponse(name=topic.name, partitions=answers))
     return ListOffsetsResponse(topics=topics)
 
 
 def _one(app: BrokerApp, topic: str, p: ListOffsetsPartition, replica_id: int,
-         version: int) -> ListOffsetsPartitionResponse:
+         version: int, read_committed: bool) -> ListOffsetsPartitionResponse:
     answer = ListOffsetsPartitionResponse(partition_index=p.partition_index)
     partition, answer.error_code = serving(app, topic, p.partition_index, p.current_leader_epoch,
                                            follower_ok=replica_id == ANY_REPLICA)
@@ -83,7 +86,7 @@ def _one(app: BrokerApp, topic: str, p: ListOffsetsPartition, replica_id: int,
         answer.error_code = E.UNSUPPORTED_VERSION
         return answer
     try:
-        found = _lookup(partition, p.timestamp, replica_id >= 0)
+        found = _lookup(partition, p.timestamp, replica_id >= 0, read_committed)
     except StorageError as exc:
         answer.error_code = exc.error_code
         return answer
@@ -97,10 +100,11 @@ def _one(app: BrokerApp, topic: str, p: ListOffsetsPartition, replica_id: int,
     return answer
 
 
-def _lookup(partition: Partition, timestamp: int, from_broker: bool) -> tuple[int, int] | None:
+def _lookup(partition: Partition, timestamp: int, from_broker: bool, read_committed: bool
+            ) -> tuple[int, int] | None:
     """(offset, timestamp) answered, or None when no record qualifies (for a consumer's latest:
     when the high watermark is not known yet)."""
-    end = partition.readable_end(from_broker)
+    end = partition.readable_end(from_broker, read_committed)
     if timestamp == LATEST:
         if not from_broker and not high_watermark_known(partition):
             return None

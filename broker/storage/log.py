@@ -296,6 +296,13 @@ class Log:
     def size_bytes(self) -> int:
         return sum(s.size_bytes for s in self._segments)
 
+    @property
+    def last_stable_offset(self) -> int:
+        """Below it every transaction is settled: the high watermark, or where the earliest
+        transaction still open (or ended by a marker not yet below the high watermark) starts."""
+        unstable = self.producer_state.first_unstable_offset(self.high_watermark)
+        return self.high_watermark if unstable is None else min(unstable, self.high_watermark)
+
     def update_high_watermark(self, offset: int) -> None:
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
 

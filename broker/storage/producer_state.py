@@ -14,8 +14,14 @@ Transactions (KIP-98): a producer's first transactional batch opens its transact
 transaction coordinator) closes it, and remembers the coordinator's epoch: a marker from an older
 coordinator is refused (CoordinatorFenced), as a stale leader epoch is. A producer whose
 transaction is open may not write outside it (InvalidTxnState). Markers carry no sequence and do
-not count as the producer's batches. `open_transactions()` gives where each open transaction
-starts: nothing at or after the earliest is stable yet.
+not count as the producer's batches.
+
+What read_committed consumers need (KIP-98): `aborted` lists every aborted transaction still in
+the log, (producer id, first offset, marker offset), in marker order, as Kafka's .txnindex files
+do; `first_unstable_offset(high_watermark)` is where the earliest transaction not yet settled
+starts: one still open, or one whose marker is not yet below the high watermark (a leader that
+dies before its followers hold the marker leaves the transaction open on the next leader). The
+last stable offset is the smaller of it and the high watermark.
 
 The state is a function of the batches in [log start, log end): `truncate_head` drops what falls
 below the log start, and after a truncation at the end the log rebuilds the state from its batches
@@ -25,6 +31,7 @@ No snapshot files: rebuilding reads every batch header once (see the storage not
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable
 from typing import NamedTuple
 
@@ -85,9 +92,19 @@ def _in_sequence(last_sequence: int, first_sequence: int) -> bool:
                                                    and last_sequence == SEQUENCE_MAX)
 
 
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int  # the ABORT marker's offset
+
+
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        self.aborted: list[AbortedTxn] = []
+        self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
+        self._settling: list[tuple[int, int]] = []  # (first offset, marker offset), in order
+        self._longest_abort = 0  # the most offsets an aborted transaction spans
 
     def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Validate a leader append of data batches; the original batch if it is a retry of
@@ -131,13 +148,23 @@ class ProducerStateManager:
         without a marker ends nothing)."""
         if not _is_idempotent(header):
             return
-        entry = self.producers.get(header.producer_id)
+        pid = header.producer_id
+        entry = self.producers.get(pid)
         base = entry or ProducerEntry(header.producer_epoch, ())
         if header.is_control:
             if marker is not None:
-                self.producers[header.producer_id] = base.with_marker(header, marker)
+                first = base.txn_first_offset if base.txn_first_offset >= 0 \
+                    else header.base_offset
+                self.producers[pid] = base.with_marker(header, marker)
+                self._open.pop(pid, None)
+                self._settling.append((first, header.base_offset))
+                if not marker.commit:
+                    self.aborted.append(AbortedTxn(pid, first, header.base_offset))
+                    self._longest_abort = max(self._longest_abort, header.base_offset - first)
             return
-        self.producers[header.producer_id] = base.with_batch(header)
+        self.producers[pid] = updated = base.with_batch(header)
+        if updated.txn_first_offset >= 0:
+            self._open[pid] = updated.txn_first_offset
 
     def update_all(self, batches: Iterable[tuple[BatchHeader, Marker | None]]) -> None:
         for header, marker in batches:
@@ -145,8 +172,24 @@ class ProducerStateManager:
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> the first offset of its open transaction."""
-        return {pid: e.txn_first_offset for pid, e in self.producers.items()
-                if e.txn_first_offset >= 0}
+        return dict(self._open)
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """Where the earliest transaction not settled below high_watermark starts, if any."""
+        if self._settling and self._settling[0][1] < high_watermark:
+            self._settling = [s for s in self._settling if s[1] >= high_watermark]
+        firsts = [first for first, _ in self._settling]
+        if self._open:
+            firsts.append(min(self._open.values()))
+        return min(firsts, default=None)
+
+    def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions that hold offsets in [start, end). Markers are in offset
+        order; one at or past end plus the longest span seen starts at or past end."""
+        lo = bisect.bisect_left(self.aborted, start, key=lambda a: a.last_offset)
+        hi = bisect.bisect_left(self.aborted, end + self._longest_abort, lo,
+                                key=lambda a: a.last_offset)
+        return [a for a in self.aborted[lo:hi] if a.first_offset < end]
 
     def last_sequence(self, producer_id: int) -> int:
         entry = self.producers.get(producer_id)
@@ -154,6 +197,8 @@ class ProducerStateManager:
 
     def truncate_head(self, log_start_offset: int) -> None:
         """Forget the batches now below the log start, and producers left with none."""
+        if self.aborted and self.aborted[0].last_offset < log_start_offset:
+            self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
         for pid, entry in list(self.producers.items()):
             kept = tuple(b for b in entry.batches if b.last_offset >= log_start_offset)
             if not kept and entry.txn_first_offset < 0:
@@ -163,6 +208,10 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
+        self.aborted.clear()
+        self._open.clear()
+        self._settling.clear()
+        self._longest_abort = 0
 
 
 def _check_one(pid: int, entry: ProducerEntry | None, header: BatchHeader

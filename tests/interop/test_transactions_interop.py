@@ -92,12 +92,13 @@ def markers(cluster: Cluster, topic: str, partitions: int) -> list[tuple[int, in
     return out
 
 
-def consume_all(cluster: Cluster, topic: str, expected: int) -> list[bytes]:
+def consume_all(cluster: Cluster, topic: str, expected: int,
+                isolation: str = "read_uncommitted") -> list[bytes]:
     confluent = pytest.importorskip("confluent_kafka")
     consumer = confluent.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
-                                   "group.id": f"check-{topic}", "auto.offset.reset": "earliest",
-                                   "isolation.level": "read_uncommitted",
-                                   "enable.auto.commit": False})
+                                   "group.id": f"check-{topic}-{isolation}",
+                                   "auto.offset.reset": "earliest",
+                                   "isolation.level": isolation, "enable.auto.commit": False})
     got: list[bytes] = []
     try:
         consumer.subscribe([topic])
@@ -184,7 +185,8 @@ def test_the_state_survives_its_coordinator(cluster: Cluster, tmp_path: Path) ->
 def test_confluent_kafka_commits_and_aborts(cluster: Cluster) -> None:
     """A committed and an aborted transaction over three partitions: each partition the
     transaction wrote to gets its marker (COMMIT, then ABORT) in every replica; consumers never
-    see a control record (read_uncommitted: the aborted records too, until read_committed)."""
+    see a control record; read_uncommitted ones see the aborted records, read_committed ones
+    only the committed."""
     confluent = pytest.importorskip("confluent_kafka")
     cluster.create_topic("tx", partitions=3, replication_factor=3)
     cluster.wait_fully_replicated("tx")
@@ -214,6 +216,8 @@ def test_confluent_kafka_commits_and_aborts(cluster: Cluster) -> None:
     got = consume_all(cluster, "tx", 36)
     assert sorted(got) == sorted([f"committed {i}".encode() for i in range(30)]
                                  + [f"aborted {i}".encode() for i in range(6)])
+    committed = consume_all(cluster, "tx", 30, "read_committed")
+    assert sorted(committed) == sorted(f"committed {i}".encode() for i in range(30))
     coordinator_log = (cluster.base_dir / "logs" /
                        f"broker-{coordinator(cluster, 'confluent-2')}.log").read_text()
     assert "committed in 3 partitions" in coordinator_log
@@ -241,3 +245,52 @@ def test_a_transaction_past_its_timeout_is_aborted_and_its_producer_fenced(
     assert error.code() in (confluent.KafkaError.PRODUCER_FENCED,
                             confluent.KafkaError.INVALID_PRODUCER_EPOCH,
                             confluent.KafkaError._FENCED), error
+
+
+def test_read_committed_consumers_wait_for_an_open_transaction(cluster: Cluster) -> None:
+    """Records after an open transaction's first offset are not stable: read_committed
+    consumers (librdkafka's and kafka-python's) stop before it until it commits, while
+    read_uncommitted ones read on; an aborted transaction's records never reach them."""
+    confluent = pytest.importorskip("confluent_kafka")
+    kafka = pytest.importorskip("kafka")
+    cluster.create_topic("tx-open", partitions=1, replication_factor=3)
+    cluster.wait_fully_replicated("tx-open")
+    plain = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                "enable.idempotence": True})
+    plain.produce("tx-open", b"before")
+    plain.flush(30)
+    txn = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                              "transactional.id": "confluent-open"})
+    txn.init_transactions(60)
+    txn.begin_transaction()
+    txn.produce("tx-open", b"in the transaction")
+    txn.flush(30)
+    plain.produce("tx-open", b"after, outside it")
+    plain.flush(30)
+    assert len(consume_all(cluster, "tx-open", 3)) == 3
+    stable = consume_all(cluster, "tx-open", 1, "read_committed")
+    assert stable == [b"before"]
+    old = kafka.KafkaConsumer("tx-open", bootstrap_servers=cluster.bootstrap_servers,
+                              isolation_level="read_committed", auto_offset_reset="earliest",
+                              consumer_timeout_ms=3000)
+    try:
+        assert [m.value for m in old] == [b"before"]
+    finally:
+        old.close()
+    txn.commit_transaction(60)
+    everything = consume_all(cluster, "tx-open", 3, "read_committed")
+    assert everything == [b"before", b"in the transaction", b"after, outside it"]
+    txn.begin_transaction()
+    txn.produce("tx-open", b"aborted")
+    txn.flush(30)
+    txn.abort_transaction(60)
+    plain.produce("tx-open", b"last")
+    plain.flush(30)
+    old = kafka.KafkaConsumer("tx-open", bootstrap_servers=cluster.bootstrap_servers,
+                              isolation_level="read_committed", auto_offset_reset="earliest",
+                              consumer_timeout_ms=5000)
+    try:
+        assert [m.value for m in old] == [b"before", b"in the transaction",
+                                          b"after, outside it", b"last"]
+    finally:
+        old.close()

@@ -76,3 +76,77 @@ def test_the_state_is_rebuilt_from_the_log_with_its_markers(tmp_path) -> None:
     assert again.producer_state.open_transactions() == {}
     assert again.producer_state.producers[PID].coordinator_epoch == 9
     again.close()
+
+
+def test_aborted_transactions_and_the_last_stable_offset(tmp_path) -> None:
+    """What read_committed needs: the aborted transactions (first offset to marker) and the
+    last stable offset, held below a transaction still open or one whose marker is not yet below
+    the high watermark; both rebuilt from the log."""
+    log = open_log(tmp_path / "t-0")
+    other = 5000
+
+    def other_batch(sequence: int) -> bytes:
+        return build_batch([(b"k", b"o", None, 1000)], producer_id=other, producer_epoch=0,
+                           base_sequence=sequence, is_transactional=True)
+
+    log.append_as_leader(txn_batch(0), leader_epoch=0)             # 0: PID's txn
+    log.append_as_leader(other_batch(0), leader_epoch=0)           # 1: other's txn
+    log.append_as_leader(txn_batch(1, tag=1), leader_epoch=0)      # 2
+    log.append_as_leader(marker_batch(False, PID, 0, 1, 1000), leader_epoch=0)  # 3: abort
+    log.update_high_watermark(3)
+    assert log.last_stable_offset == 0  # PID's marker (3) is not below the high watermark yet
+    log.update_high_watermark(4)
+    assert log.last_stable_offset == 1  # PID's transaction settled; other's is open from 1
+    log.append_as_leader(marker_batch(True, other, 0, 1, 1000), leader_epoch=0)  # 4: commit
+    log.update_high_watermark(4)
+    assert log.last_stable_offset == 1  # other's marker (4) is not below 4
+    log.update_high_watermark(5)
+    assert log.last_stable_offset == 5
+    aborted = log.producer_state.aborted
+    assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(PID, 0, 3)]
+    assert log.producer_state.aborted_in(0, 1) == aborted
+    assert log.producer_state.aborted_in(3, 5) == aborted
+    assert log.producer_state.aborted_in(4, 5) == []
+    log.flush()
+    log.close()
+    again = open_log(tmp_path / "t-0", clean_shutdown=True, recovery_point=5, high_watermark=5)
+    assert again.producer_state.aborted == aborted
+    assert again.last_stable_offset == 5
+    again.advance_log_start_offset(4)
+    assert again.producer_state.aborted == []
+    again.close()
+
+
+def test_the_aborted_transactions_found_for_a_range_are_all_that_hold_offsets_there() -> None:
+    """aborted_in against a plain filter, over many interleaved transactions."""
+    import random
+
+    from epochlog.broker.storage.producer_state import ProducerStateManager
+    from epochlog.protocol.batch import read_header
+    from epochlog.protocol.control_records import Marker
+
+    rng = random.Random(7)
+    state = ProducerStateManager()
+    offset = 0
+    open_since: dict[int, int] = {}
+    for _ in range(400):
+        pid = rng.randrange(6)
+        if pid in open_since and rng.random() < 0.3:
+            header = read_header(marker_batch(False, pid, 0, 0, 1), 0)._replace(
+                base_offset=offset)
+            state.update(header, Marker(rng.random() < 0.5, 0))
+            del open_since[pid]
+        else:
+            header = read_header(build_batch([(b"k", b"v", None, 1)], producer_id=pid,
+                                             producer_epoch=0, base_sequence=0,
+                                             is_transactional=True), 0)._replace(
+                base_offset=offset)
+            state.update(header)
+            open_since.setdefault(pid, offset)
+        offset += 1
+    assert state.aborted
+    for _ in range(300):
+        start = rng.randrange(offset)
+        end = rng.randrange(start, offset + 1)
+        expected = [a for a in state.aborted if a.last_offset >= start and a.first_offset < end]
+        assert state.aborted_in(start, end) == expected, (start, end)
