@@ -27,7 +27,7 @@ from epochlog.protocol.apis.create_topics import (
     CreatableTopicConfig,
     CreateTopicsRequest,
 )
-from epochlog.protocol.batch import CorruptBatch
+from epochlog.protocol.batch import BatchHeader, CorruptBatch
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.records import Record, build_batch, decode_batches
 
@@ -153,16 +153,24 @@ class InternalTopic:
     # ------------------------------------------------------------------- writing, reading
     async def append(self, index: int, leader_epoch: int,
                      records: Sequence[tuple[bytes, bytes | None]],
-                     errors: dict[int, int]) -> tuple[int, int]:
+                     errors: dict[int, int], *,
+                     producer: tuple[int, int] | None = None) -> tuple[int, int]:
         """Append records to partition index (led at leader_epoch) and wait until they are
         replicated: (error, offset of the first record). errors maps the append's and
-        replication's error codes to the coordinator's (the rest pass through)."""
+        replication's error codes to the coordinator's (the rest pass through). producer:
+        (id, epoch) of a transaction the records belong to (a transactional batch, with no
+        sequence: the coordinator's own write)."""
         partition = self.leading(index, leader_epoch)
         if partition is None:
             return E.NOT_COORDINATOR, -1
         if len(partition.isr) < partition.min_insync_replicas:
             return errors.get(E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS), -1
-        batch = build_batch([(k, v, None, self.wall_clock()) for k, v in records])
+        stamped = [(k, v, None, self.wall_clock()) for k, v in records]
+        if producer is None:
+            batch = build_batch(stamped)
+        else:
+            batch = build_batch(stamped, producer_id=producer[0], producer_epoch=producer[1],
+                                is_transactional=True)
         try:
             info = partition.append_as_leader(batch)
         except StorageError as exc:
@@ -183,7 +191,17 @@ class InternalTopic:
     async def records(self, partition: Partition, end: int,
                       still_wanted: Callable[[], bool]) -> AsyncIterator[Record]:
         """The records of partition's log from its start to end, a chunk at a time (other
-        requests run in between); stops early once still_wanted() is False."""
+        requests run in between), control batches skipped; stops early once still_wanted() is
+        False."""
+        async for header, record in self.batch_records(partition, end, still_wanted):
+            if not header.is_control:
+                yield record
+
+    async def batch_records(self, partition: Partition, end: int,
+                            still_wanted: Callable[[], bool]
+                            ) -> AsyncIterator[tuple[BatchHeader, Record]]:
+        """As records(), each with its batch's header, control records included (a coordinator
+        whose log holds transactions)."""
         the_log = partition.log
         offset = the_log.log_start_offset
         while offset < end and still_wanted():
@@ -205,7 +223,6 @@ class InternalTopic:
                 return
             for header, batch in batches:
                 offset = max(offset, header.next_offset)
-                if not header.is_control:
-                    for record in batch:
-                        yield record
+                for record in batch:
+                    yield header, record
             await asyncio.sleep(0)

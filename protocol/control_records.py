@@ -46,7 +46,11 @@ def read_marker(batch: bytes | bytearray | memoryview) -> Marker:
     header, records = decode_batch(batch, 0)
     if not header.is_control or not records:
         raise CorruptBatch("not a control batch with a record", "ControlRecord")
-    key, value = records[0].key, records[0].value
+    return marker_of(records[0].key, records[0].value)
+
+
+def marker_of(key: bytes | None, value: bytes | None) -> Marker:
+    """The marker a control record holds (CorruptBatch if none)."""
     if key is None or len(key) < _KEY.size:
         raise CorruptBatch("control record key cut short", "ControlRecord.key")
     _, kind = _KEY.unpack_from(key)

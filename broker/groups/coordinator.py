@@ -46,6 +46,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from epochlog.protocol.batch import CorruptBatch
+from epochlog.protocol.control_records import marker_of
 from epochlog.protocol.error_codes import ErrorCode
 
 from ..internal_topics import InternalTopic
@@ -64,6 +66,7 @@ from .state import (
     SyncResult,
     random_member_id,
 )
+from .txn_offsets import PendingOffsets
 
 if TYPE_CHECKING:
     from ..broker_app import BrokerApp
@@ -125,6 +128,8 @@ class Shard:
     leader_epoch: int
     loading: bool = True
     groups: dict[str, Group] = field(default_factory=dict)
+    txn_offsets: PendingOffsets = field(default_factory=PendingOffsets)
+    late_markers: list[tuple[int, bool]] = field(default_factory=list)  # while loading
 
 
 @dataclass
@@ -212,11 +217,29 @@ class GroupCoordinator:
         started = self.clock()
         end = partition.log.log_end_offset
         snapshots: dict[str, Any] = {}
-        offsets: dict[str, dict[tuple[str, int], CommittedOffset | None]] = {}
+        # (group, partition) -> (offset of the record that set it, the offset or a tombstone)
+        offsets: dict[str, dict[tuple[str, int], tuple[int, CommittedOffset | None]]] = {}
+
+        def take(group_id: str, tp: tuple[str, int], at: int,
+                 committed: CommittedOffset | None) -> None:
+            held = offsets.setdefault(group_id, {})
+            if tp not in held or held[tp][0] < at:  # a transaction's offsets apply late
+                held[tp] = (at, committed)
+
         records = 0
-        async for r in self.topic.records(partition, end,
-                                          lambda: self.shards.get(shard.index) is shard):
+        async for header, r in self.topic.batch_records(
+                partition, end, lambda: self.shards.get(shard.index) is shard):
             records += 1
+            if header.is_control:
+                try:
+                    commit = marker_of(r.key, r.value).commit
+                except CorruptBatch as exc:
+                    log.error("%s-%d: skipped a control record: %s", OFFSETS_TOPIC, shard.index,
+                              exc)
+                    continue
+                for group_id, tp, done in shard.txn_offsets.end(header.producer_id, commit):
+                    take(group_id, tp, done.record_offset, done)
+                continue
             try:
                 parsed = offsets_log.parse(r.key, r.value, r.offset)
             except offsets_log.BadRecord as exc:
@@ -224,9 +247,12 @@ class GroupCoordinator:
                 continue
             if isinstance(parsed, offsets_log.GroupRecord):
                 snapshots[parsed.group_id] = parsed.snapshot
+            elif parsed is not None and header.is_transactional and parsed.committed is not None:
+                shard.txn_offsets.add(header.producer_id, parsed.group_id,
+                                      (parsed.topic, parsed.partition), parsed.committed)
             elif parsed is not None:
-                offsets.setdefault(parsed.group_id, {})[
-                    (parsed.topic, parsed.partition)] = parsed.committed
+                take(parsed.group_id, (parsed.topic, parsed.partition), r.offset,
+                     parsed.committed)
         if self.shards.get(shard.index) is not shard:
             return
         now = self.clock()
@@ -234,12 +260,15 @@ class GroupCoordinator:
             snap = snapshots.get(group_id)
             group = (Group.from_snapshot(snap, self.settings, now, self.new_member_id)
                      if snap is not None else Group(group_id, self.settings, self.new_member_id))
-            for tp, committed in offsets.get(group_id, {}).items():
+            for tp, (_, committed) in offsets.get(group_id, {}).items():
                 if committed is not None:
                     group.offsets[tp] = committed
             if group.members or group.offsets or snap is not None:
                 shard.groups[group_id] = group
         shard.loading = False
+        for producer_id, commit in shard.late_markers:
+            self._end_txn_offsets(shard, producer_id, commit)
+        shard.late_markers.clear()
         self.counters.loads_total += 1
         self._wake.set()
         log.info("%s-%d: loaded %d groups from %d records (offsets %d-%d) at leader epoch %d "
@@ -289,10 +318,12 @@ class GroupCoordinator:
             self._run(shard, group, group.stored(self.clock(), store, error))
 
     async def _append(self, shard: Shard, records: Sequence[tuple[bytes, bytes | None]],
-                      errors: dict[int, int]) -> tuple[int, int]:
-        """Append records to the shard's partition and wait until they are replicated:
-        (error, offset of the first record)."""
-        return await self.topic.append(shard.index, shard.leader_epoch, records, errors)
+                      errors: dict[int, int], producer: tuple[int, int] | None = None
+                      ) -> tuple[int, int]:
+        """Append records to the shard's partition (in producer's transaction, if given) and
+        wait until they are replicated: (error, offset of the first record)."""
+        return await self.topic.append(shard.index, shard.leader_epoch, records, errors,
+                                       producer=producer)
 
     # ---------------------------------------------------------------------------- timers
     async def run(self) -> None:
@@ -391,9 +422,12 @@ class GroupCoordinator:
 
     # ------------------------------------------------------------------------ offsets
     async def commit(self, group_id: str, generation: int, member_id: str,
-                     instance_id: str | None, offsets: Sequence[OffsetToCommit]
-                     ) -> dict[tuple[str, int], int]:
-        """OffsetCommit: an error code per (topic, partition)."""
+                     instance_id: str | None, offsets: Sequence[OffsetToCommit], *,
+                     producer: tuple[int, int] | None = None) -> dict[tuple[str, int], int]:
+        """OffsetCommit: an error code per (topic, partition). With producer (id, epoch):
+        TxnOffsetCommit, whose offsets are written in the producer's transaction and wait for
+        its marker (txn_offsets.py); a member and generation, when named (KIP-447), are checked
+        as a commit's are, so a zombie consumer-producer is fenced."""
         shard, error = self._shard(group_id)
         if shard is None:
             return {(o.topic, o.partition): error for o in offsets}
@@ -401,6 +435,8 @@ class GroupCoordinator:
         if group is None:
             # Kafka: a group it does not know takes commits only from simple consumers.
             error = E.ILLEGAL_GENERATION if generation >= 0 else 0
+        elif producer is not None and generation < 0 and not member_id and instance_id is None:
+            error = 0  # TxnOffsetCommit v0-2 names no member
         else:
             error = group.commit_error(self.clock(), generation, member_id, instance_id)
         if error:
@@ -423,9 +459,13 @@ class GroupCoordinator:
         committed = [CommittedOffset(o.offset, o.leader_epoch, o.metadata, now) for o in valid]
         records = [(offsets_log.offset_key(group_id, o.topic, o.partition),
                     offsets_log.offset_value(c)) for o, c in zip(valid, committed, strict=True)]
-        error, first = await self._append(shard, records, _COMMIT_ERRORS)
+        error, first = await self._append(shard, records, _COMMIT_ERRORS, producer=producer)
         if error:
             self.counters.commit_failures_total += len(valid)
+        elif producer is not None and self.shards.get(shard.index) is shard:
+            for i, (o, c) in enumerate(zip(valid, committed, strict=True)):
+                shard.txn_offsets.add(producer[0], group_id, (o.topic, o.partition),
+                                      replace(c, record_offset=first + i))
         elif self.shards.get(shard.index) is shard:
             # The group as it is now (an empty one may have been dropped meanwhile).
             group = shard.groups.setdefault(group_id, group)
@@ -449,6 +489,38 @@ class GroupCoordinator:
         if wanted is None:
             return 0, dict(stored)
         return 0, {tp: stored.get(tp) for tp in wanted}
+
+    def unstable(self, group_id: str, tps: Sequence[tuple[str, int]]) -> set[tuple[str, int]]:
+        """The partitions whose offsets wait for a transaction's outcome (require_stable)."""
+        shard = self.shards.get(self.partition_for(group_id))
+        if shard is None:
+            return set()
+        return {tp for tp in tps if shard.txn_offsets.pending(group_id, tp)}
+
+    def txn_marker(self, index: int, producer_id: int, commit: bool) -> None:
+        """A transaction marker is replicated in offsets partition index: the producer's
+        offsets there take effect (COMMIT) or are dropped (ABORT). A shard still loading
+        applies it once loaded (its load may have stopped before the marker)."""
+        shard = self.shards.get(index)
+        if shard is None:
+            return
+        if shard.loading:
+            shard.late_markers.append((producer_id, commit))
+            return
+        self._end_txn_offsets(shard, producer_id, commit)
+
+    def _end_txn_offsets(self, shard: Shard, producer_id: int, commit: bool) -> None:
+        applied = shard.txn_offsets.end(producer_id, commit)
+        for group_id, tp, committed in applied:
+            group = shard.groups.get(group_id)
+            if group is None:
+                group = shard.groups[group_id] = Group(group_id, self.settings,
+                                                       self.new_member_id)
+            group.apply_offset(tp, committed, committed.record_offset)
+        if applied:
+            self.counters.commits_total += len(applied)
+            log.info("%s-%d: producer %d's transaction committed %d offsets", OFFSETS_TOPIC,
+                     shard.index, producer_id, len(applied))
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:
         """DeleteGroups: an error per group. Only an Empty group goes (NON_EMPTY_GROUP else);

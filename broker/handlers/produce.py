@@ -98,6 +98,9 @@ def _check_batches(records: bytes | None, bytes_max: int, transactional_id: str 
         if header.is_control:
             raise _Refused(E.INVALID_RECORD, "a control batch: only the transaction "
                                              "coordinator writes those (WriteTxnMarkers)")
+        if header.producer_id >= 0 and header.base_sequence < 0:
+            raise _Refused(E.INVALID_RECORD, f"a batch of producer {header.producer_id} without "
+                                             "a sequence (idempotent batches carry one)")
         if header.is_transactional and not transactional_id:
             raise _Refused(E.INVALID_RECORD, "a transactional batch in a request that names "
                                              "no transactional id")

@@ -8,7 +8,8 @@ and coordinator epochs: an older one is INVALID_PRODUCER_EPOCH or TRANSACTION_CO
 and answered once replicated to the ISR (acks=all), within MARKER_TIMEOUT_MS (REQUEST_TIMED_OUT
 then). A partition we do not lead is NOT_LEADER_OR_FOLLOWER, one nobody knows
 UNKNOWN_TOPIC_OR_PARTITION; an ISR below min.insync.replicas NOT_ENOUGH_REPLICAS. The coordinator
-retries what failed.
+retries what failed. A replicated marker in a `__consumer_offsets` partition also tells its
+group coordinator to apply or drop the transaction's offsets (TxnOffsetCommit).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from epochlog.protocol.apis.write_txn_markers import (
 from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import replicas_of
+from ..broker_app import groups_of, replicas_of
+from ..groups.coordinator import OFFSETS_TOPIC
 from ..partition import Partition
 from ..storage import StorageError
 from . import register
@@ -71,6 +73,13 @@ async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
         for answer, p, epoch, last in waits:
             error = replication_error(app, p, epoch, last)
             answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
+    for marker, result in zip(request.markers, results, strict=True):
+        for answered in result.topics:
+            if answered.name == OFFSETS_TOPIC:
+                for p_result in answered.partitions:
+                    if p_result.error_code == 0:
+                        groups_of(app).txn_marker(p_result.partition_index, marker.producer_id,
+                                                  marker.transaction_result)
     return WriteTxnMarkersResponse(markers=results)
 
 

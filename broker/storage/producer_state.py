@@ -69,14 +69,15 @@ class ProducerEntry(NamedTuple):
         return self.batches[-1].last_sequence if self.batches else NO_SEQUENCE
 
     def with_batch(self, header: BatchHeader) -> ProducerEntry:
-        batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
-                              header.last_offset, header.max_timestamp)
         kept = self.batches if header.producer_epoch == self.producer_epoch else ()
+        if header.base_sequence != NO_SEQUENCE:  # a coordinator's transactional write has none
+            batch = BatchMetadata(header.base_sequence, header.last_sequence, header.base_offset,
+                                  header.last_offset, header.max_timestamp)
+            kept = (kept + (batch,))[-BATCHES_PER_PRODUCER_MAX:]
         txn = self.txn_first_offset
         if header.is_transactional and txn < 0:
             txn = header.base_offset
-        return ProducerEntry(header.producer_epoch, (kept + (batch,))[-BATCHES_PER_PRODUCER_MAX:],
-                             txn, self.coordinator_epoch)
+        return ProducerEntry(header.producer_epoch, kept, txn, self.coordinator_epoch)
 
     def with_marker(self, header: BatchHeader, marker: Marker) -> ProducerEntry:
         kept = self.batches if header.producer_epoch == self.producer_epoch else ()
@@ -222,6 +223,8 @@ def _check_one(pid: int, entry: ProducerEntry | None, header: BatchHeader
     if epoch < entry.producer_epoch:
         raise InvalidProducerEpoch(f"producer {pid}: epoch {epoch} is older than the current "
                                    f"epoch {entry.producer_epoch}")
+    if first == NO_SEQUENCE:  # a coordinator's transactional write (TxnOffsetCommit)
+        return None
     if epoch != entry.producer_epoch:
         if first != 0:
             raise OutOfOrderSequence(f"producer {pid}: new epoch {epoch} must start at sequence "

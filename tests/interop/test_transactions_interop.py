@@ -19,6 +19,7 @@ import pytest
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest
+from epochlog.protocol.apis.offset_fetch import OffsetFetchRequest, OffsetFetchRequestTopic
 from epochlog.protocol.batch import iter_headers
 from epochlog.protocol.control_records import read_marker
 from epochlog.protocol.error_codes import ErrorCode
@@ -294,3 +295,139 @@ def test_read_committed_consumers_wait_for_an_open_transaction(cluster: Cluster)
                                           b"after, outside it", b"last"]
     finally:
         old.close()
+
+
+def group_coordinator(cluster: Cluster, group_id: str) -> int:
+    got: dict[str, Any] = {}
+
+    def ask() -> bool:
+        got["answer"] = cluster.node(live_brokers(cluster)[0]).call(
+            ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(key=group_id, key_type=0), version=3)
+        return bool(got["answer"].error_code == 0)
+
+    until(ask, f"a coordinator for group {group_id}", 60, detail=lambda: str(got.get("answer")))
+    node_id: int = got["answer"].node_id
+    return node_id
+
+
+def stable_offsets(cluster: Cluster, group_id: str, topic: str, partitions: int) -> list[Any]:
+    """OffsetFetch v7 with require_stable: each partition's answer."""
+    answer = cluster.node(group_coordinator(cluster, group_id)).call(
+        ApiKey.OFFSET_FETCH, OffsetFetchRequest(group_id=group_id, require_stable=True, topics=[
+            OffsetFetchRequestTopic(name=topic, partition_indexes=list(range(partitions)))]),
+        version=7)
+    return [p for t in answer.topics for p in t.partitions]
+
+
+def test_consume_transform_produce_commits_the_offsets_with_the_records(
+        cluster: Cluster) -> None:
+    """confluent-kafka's exactly-once loop: records read, transformed and written, and the
+    consumer's offsets sent, in one transaction. Committed, both take effect; aborted,
+    neither; in between the offsets are unstable (OffsetFetch require_stable)."""
+    confluent = pytest.importorskip("confluent_kafka")
+    for topic in ("ctp-in", "ctp-out"):
+        cluster.create_topic(topic, partitions=2, replication_factor=3)
+        cluster.wait_fully_replicated(topic)
+    plain = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers})
+    for i in range(20):
+        plain.produce("ctp-in", f"in {i}".encode(), partition=i % 2)
+    plain.flush(30)
+    consumer = confluent.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "group.id": "ctp", "auto.offset.reset": "earliest",
+                                   "enable.auto.commit": False,
+                                   "isolation.level": "read_committed"})
+    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "transactional.id": "ctp-1"})
+    producer.init_transactions(60)
+    try:
+        consumer.subscribe(["ctp-in"])
+        seen: list[Any] = []
+        until(lambda: _take(consumer, seen) and len(seen) >= 20 or None,
+              "20 input records", 60, detail=lambda: str(len(seen)))
+        producer.begin_transaction()
+        for message in seen:
+            producer.produce("ctp-out", message.value().replace(b"in", b"out"),
+                             partition=message.partition())
+        producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
+                                             consumer.consumer_group_metadata(), 30)
+        producer.flush(30)
+        pending = stable_offsets(cluster, "ctp", "ctp-in", 2)
+        assert {p.error_code for p in pending} == {ErrorCode.UNSTABLE_OFFSET_COMMIT}, pending
+        producer.commit_transaction(60)
+        until(lambda: all(p.error_code == 0 and p.committed_offset == 10
+                          for p in stable_offsets(cluster, "ctp", "ctp-in", 2)) or None,
+              "the offsets committed with the transaction", 30,
+              detail=lambda: str(stable_offsets(cluster, "ctp", "ctp-in", 2)))
+        # an aborted transaction's offsets never take effect
+        producer.begin_transaction()
+        producer.produce("ctp-out", b"never", partition=0)
+        offsets = [confluent.TopicPartition("ctp-in", p, 0) for p in (0, 1)]
+        producer.send_offsets_to_transaction(offsets, consumer.consumer_group_metadata(), 30)
+        producer.abort_transaction(60)
+        until(lambda: all(p.error_code == 0 and p.committed_offset == 10
+                          for p in stable_offsets(cluster, "ctp", "ctp-in", 2)) or None,
+              "the offsets as the committed transaction left them", 30,
+              detail=lambda: str(stable_offsets(cluster, "ctp", "ctp-in", 2)))
+    finally:
+        consumer.close()
+    out = consume_all(cluster, "ctp-out", 20, "read_committed")
+    assert sorted(out) == sorted(f"out {i}".encode() for i in range(20))
+    coordinator_log = (cluster.base_dir / "logs" /
+                       f"broker-{group_coordinator(cluster, 'ctp')}.log").read_text()
+    assert "transaction committed 2 offsets" in coordinator_log
+
+
+def _take(consumer: Any, seen: list[Any]) -> bool:
+    for message in consumer.consume(100, 0.5):
+        assert message.error() is None, message.error()
+        seen.append(message)
+    return True
+
+
+def test_transactional_offsets_survive_the_group_coordinator(cluster: Cluster) -> None:
+    """Offsets sent in a transaction, then the group coordinator killed before the commit: the
+    new coordinator loads them from the log as pending, and the COMMIT marker (written to it)
+    makes them take effect. A second transaction is committed and its coordinator killed
+    after: the next one loads offsets and marker from the log."""
+    confluent = pytest.importorskip("confluent_kafka")
+    cluster.create_topic("ctp-fail", partitions=1, replication_factor=3)
+    cluster.wait_fully_replicated("ctp-fail")
+    consumer = confluent.Consumer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "group.id": "ctp-fail"})
+    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "transactional.id": "ctp-fail-1"})
+    producer.init_transactions(60)
+    metadata = consumer.consumer_group_metadata()
+
+    def committed_offset_is(offset: int) -> bool | None:
+        answers = stable_offsets(cluster, "ctp-fail", "ctp-fail", 1)
+        return answers[0].error_code == 0 and answers[0].committed_offset == offset or None
+
+    killed: list[int] = []
+    try:
+        for offset in (7, 9):
+            producer.begin_transaction()
+            producer.produce("ctp-fail", b"x")
+            producer.send_offsets_to_transaction(
+                [confluent.TopicPartition("ctp-fail", 0, offset)], metadata, 30)
+            producer.flush(30)
+            if offset == 7:  # killed before the commit: pending in the log
+                killed.append(group_coordinator(cluster, "ctp-fail"))
+                cluster.kill(killed[-1])
+                until(lambda: stable_offsets(cluster, "ctp-fail", "ctp-fail", 1)[0].error_code
+                      == ErrorCode.UNSTABLE_OFFSET_COMMIT or None,
+                      "the new coordinator to hold the offsets as pending", 60)
+            producer.commit_transaction(60)
+            if offset == 9:  # killed after the commit: offsets and marker in the log
+                cluster.restart(killed[-1])
+                until(lambda: committed_offset_is(9), "the second commit's offsets", 60)
+                killed.append(group_coordinator(cluster, "ctp-fail"))
+                cluster.kill(killed[-1])
+            until(lambda o=offset: committed_offset_is(o),  # type: ignore[misc]
+                  f"offset {offset} committed by the transaction, coordinator killed", 60,
+                  detail=lambda: str(stable_offsets(cluster, "ctp-fail", "ctp-fail", 1)))
+    finally:
+        consumer.close()
+        for broker in killed:
+            if not cluster.node(broker).alive:
+                cluster.restart(broker)
