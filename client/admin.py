@@ -79,6 +79,7 @@ from epochlog.protocol.registry import APIS
 from epochlog.protocol.schema import Message
 
 from .admin_groups import GroupAdmin, GroupDescription, GroupListing
+from .admin_txns import TransactionDescription, TransactionListing, TxnAdmin
 from .cluster import Bootstrap, ClusterClient
 from .errors import (
     KafkaConnectionError,
@@ -192,6 +193,7 @@ class Admin:
         self._timeout_ms = request_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
         self._groups = GroupAdmin(self.cluster, self._backoff_s)
+        self._txns = TxnAdmin(self._groups)
 
     async def start(self) -> None:
         await self.cluster.refresh([])
@@ -612,6 +614,21 @@ class Admin:
         """Remove committed offsets (GroupSubscribedToTopicError for a topic a live member
         subscribes to)."""
         return _results(await self._groups.delete_offsets(group_id, partitions), raise_errors)
+
+    # --------------------------------------------------------------------- transactions
+    async def list_transactions(self, states: Iterable[str] = (),
+                                producer_ids: Iterable[int] = (),
+                                open_longer_than_ms: int = -1) -> list[TransactionListing]:
+        """Every transactional id the cluster's coordinators hold, with its producer id and
+        state (Kafka's names: "Ongoing", "PrepareCommit", ...), filtered by states, producer
+        ids, or transactions open longer than open_longer_than_ms."""
+        return await self._txns.list_transactions(states, producer_ids, open_longer_than_ms)
+
+    async def describe_transactions(self, transactional_ids: Sequence[str]
+                                    ) -> dict[str, TransactionDescription]:
+        """Each id's state, producer id and epoch, timeout, start time and the partitions of
+        its open transaction (TransactionalIdNotFoundError for one nobody knows)."""
+        return await self._txns.describe_transactions(transactional_ids)
 
     # --------------------------------------------------------------------------- helpers
     def _at(self, node: int, key: int, request: Message) -> Callable[[], Awaitable[Any]]:

@@ -42,6 +42,7 @@ from .types import TopicPartition
 
 E = ErrorCode
 ATTEMPTS_MAX = 5
+GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
 T = TypeVar("T")
 _MOVED = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE,
                     E.COORDINATOR_LOAD_IN_PROGRESS})
@@ -89,10 +90,10 @@ class GroupAdmin:
 
     # ------------------------------------------------------------------------------ groups
     async def list_groups(self) -> list[GroupListing]:
-        await self._with_retries("list brokers", lambda: self.cluster.refresh([]))
+        await self.with_retries("list brokers", lambda: self.cluster.refresh([]))
         found: dict[str, GroupListing] = {}
         for node in sorted(self.cluster.brokers):
-            answer = await self._with_retries(f"list groups at broker {node}",
+            answer = await self.with_retries(f"list groups at broker {node}",
                                               self._list_at(node))
             if answer.error_code and answer.error_code != E.COORDINATOR_LOAD_IN_PROGRESS:
                 raise error_for(answer.error_code, f"list groups at broker {node}")
@@ -102,26 +103,26 @@ class GroupAdmin:
 
     def _list_at(self, node: int) -> Callable[[], Awaitable[Any]]:
         async def ask() -> Any:
-            return await self._at(node, ApiKey.LIST_GROUPS, ListGroupsRequest())
+            return await self.at(node, ApiKey.LIST_GROUPS, ListGroupsRequest())
         return ask
 
     async def describe_groups(self, group_ids: Sequence[str]) -> dict[str, GroupDescription]:
         out: dict[str, GroupDescription] = {}
         for group_id in group_ids:
-            out[group_id] = await self._on_coordinator(
+            out[group_id] = await self.on_coordinator(
                 group_id, f"describe group {group_id}", self._describe_at(group_id))
         return out
 
     def _describe_at(self, group_id: str) -> Callable[[int], Awaitable[GroupDescription]]:
         async def describe(node: int) -> GroupDescription:
-            answer = await self._at(node, ApiKey.DESCRIBE_GROUPS,
+            answer = await self.at(node, ApiKey.DESCRIBE_GROUPS,
                                     DescribeGroupsRequest(groups=[group_id]))
             return self._described(answer.groups[0], node)
         return describe
 
     def _described(self, g: Any, node: int) -> GroupDescription:
         group_id = g.group_id
-        _check(g.error_code, f"describe group {group_id}")
+        check(g.error_code, f"describe group {group_id}")
         members = []
         for m in g.members:
             try:
@@ -138,12 +139,12 @@ class GroupAdmin:
         out: dict[str, KafkaError | None] = {}
         for group_id in dict.fromkeys(group_ids):
             async def delete(node: int, g: str = group_id) -> KafkaError | None:
-                answer = await self._at(node, ApiKey.DELETE_GROUPS,
+                answer = await self.at(node, ApiKey.DELETE_GROUPS,
                                         DeleteGroupsRequest(groups_names=[g]))
                 code = answer.results[0].error_code
-                _check(code, f"delete group {g}", raise_other=False)
+                check(code, f"delete group {g}", raise_other=False)
                 return error_for(code, f"delete group {g}") if code else None
-            out[group_id] = await self._on_coordinator(group_id, f"delete group {group_id}",
+            out[group_id] = await self.on_coordinator(group_id, f"delete group {group_id}",
                                                        delete)
         return out
 
@@ -158,18 +159,18 @@ class GroupAdmin:
             request = fetch_request(group_id, wanted or [])
             if wanted is None:
                 request.topics = None
-            answer = await self._at(node, ApiKey.OFFSET_FETCH, request)
-            _check(answer.error_code, f"list offsets of group {group_id}")
+            answer = await self.at(node, ApiKey.OFFSET_FETCH, request)
+            check(answer.error_code, f"list offsets of group {group_id}")
             for t in answer.topics:
                 for p in t.partitions:
-                    _check(p.error_code, f"list offsets of group {group_id} for "
+                    check(p.error_code, f"list offsets of group {group_id} for "
                                          f"{t.name}-{p.partition_index}")
             every = wanted if wanted is not None else [
                 TopicPartition(t.name, p.partition_index) for t in answer.topics
                 for p in t.partitions]
             return {tp: c for tp, c in committed_offsets(answer, every).items() if c is not None}
 
-        return await self._on_coordinator(group_id, f"list offsets of group {group_id}", fetch)
+        return await self.on_coordinator(group_id, f"list offsets of group {group_id}", fetch)
 
     async def alter_offsets(self, group_id: str,
                             offsets: Mapping[TopicPartition, int | tuple[int, int]]) -> None:
@@ -182,12 +183,12 @@ class GroupAdmin:
                                  f"{offset}")
 
         async def commit(node: int) -> None:
-            answer = await self._at(node, ApiKey.OFFSET_COMMIT,
+            answer = await self.at(node, ApiKey.OFFSET_COMMIT,
                                     commit_request(group_id, -1, "", None, pairs))
             for code in sorted(commit_errors(answer)):
-                _check(code, f"alter offsets of group {group_id}")
+                check(code, f"alter offsets of group {group_id}")
 
-        await self._on_coordinator(group_id, f"alter offsets of group {group_id}", commit)
+        await self.on_coordinator(group_id, f"alter offsets of group {group_id}", commit)
 
     async def delete_offsets(self, group_id: str, partitions: Iterable[TopicPartition]
                              ) -> dict[TopicPartition, KafkaError | None]:
@@ -200,43 +201,45 @@ class GroupAdmin:
             for t, ps in by_topic.items()])
 
         async def delete(node: int) -> dict[TopicPartition, KafkaError | None]:
-            answer = await self._at(node, ApiKey.OFFSET_DELETE, request)
-            _check(answer.error_code, f"delete offsets of group {group_id}")
+            answer = await self.at(node, ApiKey.OFFSET_DELETE, request)
+            check(answer.error_code, f"delete offsets of group {group_id}")
             return {TopicPartition(t.name, p.partition_index):
                     error_for(p.error_code, f"delete the offset of group {group_id} for "
                                             f"{t.name}-{p.partition_index}")
                     if p.error_code else None
                     for t in answer.topics for p in t.partitions}
 
-        return await self._on_coordinator(group_id, f"delete offsets of group {group_id}",
+        return await self.on_coordinator(group_id, f"delete offsets of group {group_id}",
                                           delete)
 
     # ----------------------------------------------------------------------------- helpers
-    async def _at(self, node: int, key: int, request: Message) -> Any:
+    async def at(self, node: int, key: int, request: Message) -> Any:
         return await self.cluster.request_broker(node, key, request)
 
-    async def coordinator(self, group_id: str) -> int:
+    async def coordinator(self, key: str, key_type: int = GROUP) -> int:
+        """The broker coordinating a group (key_type 0) or a transactional id (1)."""
         answer = await self.cluster.request(await self.cluster.any_connection(),
                                             ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(
-                                                key=group_id, key_type=0,
-                                                coordinator_keys=[group_id]))
+                                                key=key, key_type=key_type,
+                                                coordinator_keys=[key]))
         if answer.coordinators:
             c = answer.coordinators[0]
             code, node = c.error_code, c.node_id
         else:
             code, node = answer.error_code, answer.node_id
-        _check(code, f"find the coordinator of group {group_id}")
+        what = "group" if key_type == GROUP else "transactional id"
+        check(code, f"find the coordinator of {what} {key}")
         if node not in self.cluster.brokers:
             await self.cluster.refresh([])
         return int(node)
 
-    async def _on_coordinator(self, group_id: str, what: str,
-                              call: Callable[[int], Awaitable[T]]) -> T:
+    async def on_coordinator(self, key: str, what: str, call: Callable[[int], Awaitable[T]],
+                             key_type: int = GROUP) -> T:
         async def once() -> T:
-            return await call(await self.coordinator(group_id))
-        return await self._with_retries(what, once)
+            return await call(await self.coordinator(key, key_type))
+        return await self.with_retries(what, once)
 
-    async def _with_retries(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
+    async def with_retries(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         last: KafkaError | None = None
         for attempt in range(ATTEMPTS_MAX):
             try:
@@ -251,7 +254,7 @@ class GroupAdmin:
         raise type(last)(f"{last} (gave up after {ATTEMPTS_MAX} attempts)")
 
 
-def _check(code: int, what: str, *, raise_other: bool = True) -> None:
+def check(code: int, what: str, *, raise_other: bool = True) -> None:
     """Raise _Moved for a coordinator that moved or is loading, the error for any other code
     (unless raise_other is False: the caller reports it as a per-item result)."""
     if not code:

@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "epochlog.cluster",
     "epochlog.client.cli",
     "epochlog.client.cli_groups",
+    "epochlog.client.cli_txns",
     "epochlog.client.cli_records",
     "epochlog.client.cli_configs",
     "epochlog.testing.chaos.cli",

@@ -51,7 +51,7 @@ from ..partition import Partition
 from . import log_records
 from .log_records import Status
 from .markers import CoordinatorFenced, MarkerWriter
-from .state import PREPARED, TxnState
+from .state import PREPARED, TxnMetadata, TxnState
 
 if TYPE_CHECKING:
     from ..broker_app import BrokerApp
@@ -328,3 +328,38 @@ class TxnCoordinator:
                      "(producer epoch now %d)", transactional_id, entry.timeout_ms,
                      entry.producer_epoch)
             self._complete_soon(shard, transactional_id)
+
+    # ---------------------------------------------------------------------- describing
+    def describe(self, transactional_id: str) -> tuple[int, TxnMetadata | None]:
+        """DescribeTransactions: (error, the id's state)."""
+        shard, error = self._shard(transactional_id)
+        if shard is None:
+            return error, None
+        m = shard.state.ids.get(transactional_id)
+        if m is None or m.entry.producer_epoch < 0:
+            return E.TRANSACTIONAL_ID_NOT_FOUND, None
+        return 0, m
+
+    def list_transactions(self, states: set[Status] | None, producer_ids: set[int] | None,
+                          open_longer_than_ms: int) -> tuple[int, list[TxnMetadata]]:
+        """ListTransactions over the ids this broker coordinates: (error, their states).
+        COORDINATOR_LOAD_IN_PROGRESS (with what is loaded) while a partition loads."""
+        now = self.clock()
+        error = 0
+        found: list[TxnMetadata] = []
+        for shard in list(self.shards.values()):
+            if not self._current(shard):
+                continue
+            if shard.loading:
+                error = E.COORDINATOR_LOAD_IN_PROGRESS
+                continue
+            for m in shard.state.ids.values():
+                e = m.entry
+                if e.producer_epoch < 0 or (states is not None and e.status not in states) or (
+                        producer_ids is not None and e.producer_id not in producer_ids):
+                    continue
+                if open_longer_than_ms >= 0 and not (
+                        e.status is Status.ONGOING and now - e.start_ms > open_longer_than_ms):
+                    continue
+                found.append(m)
+        return error, sorted(found, key=lambda m: m.transactional_id)

@@ -11,11 +11,16 @@ coordinator: a new leader of the id's partition loads it and goes on from the sa
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from epochlog import Admin
+from epochlog.client.errors import KafkaError
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest
@@ -431,3 +436,55 @@ def test_transactional_offsets_survive_the_group_coordinator(cluster: Cluster) -
         for broker in killed:
             if not cluster.node(broker).alive:
                 cluster.restart(broker)
+
+
+def epochlog_cli(cluster: Cluster, *args: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "epochlog", *args, "--bootstrap-server",
+                           cluster.bootstrap_servers], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done
+    return done.stdout
+
+
+def test_transactions_are_listed_and_described(cluster: Cluster) -> None:
+    """ListTransactions and DescribeTransactions through our Admin and `epochlog
+    transactions`: an open transaction with its partitions, then completed."""
+    confluent = pytest.importorskip("confluent_kafka")
+    cluster.create_topic("tx-describe", partitions=2, replication_factor=3)
+    cluster.wait_fully_replicated("tx-describe")
+    producer = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                   "transactional.id": "described-1",
+                                   "transaction.timeout.ms": 45_000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for p in (0, 1):
+        producer.produce("tx-describe", b"x", partition=p)
+    producer.flush(30)
+
+    async def admin_view() -> tuple[list[Any], dict[str, Any]]:
+        async with Admin(bootstrap_servers=cluster.bootstrap_servers) as admin:
+            listed = await admin.list_transactions(states=["Ongoing"])
+            described = await admin.describe_transactions(["described-1"])
+            with pytest.raises(KafkaError, match="TRANSACTIONAL_ID_NOT_FOUND"):
+                await admin.describe_transactions(["nobody"])
+            with pytest.raises(ValueError, match="unknown transaction states"):
+                await admin.list_transactions(states=["Running"])
+            return listed, described
+
+    listed, described = asyncio.run(admin_view())
+    assert [t.transactional_id for t in listed] == ["described-1"]
+    d = described["described-1"]
+    assert (d.state, d.transaction_timeout_ms, d.producer_epoch) == ("Ongoing", 45_000, 0)
+    assert sorted((tp.topic, tp.partition) for tp in d.partitions) == \
+        [("tx-describe", 0), ("tx-describe", 1)]
+    assert d.transaction_start_time_ms > 0 and d.coordinator == coordinator(cluster,
+                                                                            "described-1")
+    out = epochlog_cli(cluster, "transactions", "list", "--state", "Ongoing")
+    assert out.startswith("described-1\tproducer ") and "\tOngoing\t" in out, out
+    out = epochlog_cli(cluster, "transactions", "describe", "described-1")
+    assert "described-1: Ongoing" in out and "tx-describe\t1" in out, out
+    producer.commit_transaction(60)
+    until(lambda: "CompleteCommit" in epochlog_cli(cluster, "transactions", "list") or None,
+          "the transaction listed as CompleteCommit", 30)
+    out = epochlog_cli(cluster, "transactions", "list", "--open-longer-than-ms", "0")
+    assert "described-1" not in out, out
