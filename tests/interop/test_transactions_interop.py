@@ -488,3 +488,44 @@ def test_transactions_are_listed_and_described(cluster: Cluster) -> None:
           "the transaction listed as CompleteCommit", 30)
     out = epochlog_cli(cluster, "transactions", "list", "--open-longer-than-ms", "0")
     assert "described-1" not in out, out
+
+
+def test_kafka_python_and_aiokafka_transactions(cluster: Cluster) -> None:
+    """The two other Python clients' transactional producers: a committed and an aborted
+    transaction each; read_committed sees the committed records only."""
+    kafka = pytest.importorskip("kafka")
+    aiokafka = pytest.importorskip("aiokafka")
+    cluster.create_topic("tx-python", partitions=1, replication_factor=3)
+    cluster.wait_fully_replicated("tx-python")
+    producer = kafka.KafkaProducer(bootstrap_servers=cluster.bootstrap_servers,
+                                   transactional_id="kafka-python-1")
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        producer.send("tx-python", b"kafka-python committed")
+        producer.commit_transaction()
+        producer.begin_transaction()
+        producer.send("tx-python", b"kafka-python aborted")
+        producer.flush()
+        producer.abort_transaction()
+    finally:
+        producer.close()
+
+    async def with_aiokafka() -> None:
+        async_producer = aiokafka.AIOKafkaProducer(bootstrap_servers=cluster.bootstrap_servers,
+                                                   transactional_id="aiokafka-1")
+        await async_producer.start()
+        try:
+            async with async_producer.transaction():
+                await async_producer.send_and_wait("tx-python", b"aiokafka committed")
+            await async_producer.begin_transaction()
+            await async_producer.send_and_wait("tx-python", b"aiokafka aborted")
+            await async_producer.abort_transaction()
+        finally:
+            await async_producer.stop()
+
+    asyncio.run(with_aiokafka())
+    got = consume_all(cluster, "tx-python", 2, "read_committed")
+    assert got == [b"kafka-python committed", b"aiokafka committed"]
+    assert [commit for _, _, commit in markers(cluster, "tx-python", 1)] == \
+        [True, False, True, False]
