@@ -519,7 +519,7 @@ class GroupCoordinator:
             group.apply_offset(tp, committed, committed.record_offset)
         if applied:
             self.counters.commits_total += len(applied)
-            log.info("%s-%d: producer %d's transaction committed %d offsets", OFFSETS_TOPIC,
+            log.debug("%s-%d: producer %d's transaction committed %d offsets", OFFSETS_TOPIC,
                      shard.index, producer_id, len(applied))
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, int]:

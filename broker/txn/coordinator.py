@@ -299,7 +299,7 @@ class TxnCoordinator:
             if answer.write is None:
                 return
             if not await self._write(shard, transactional_id, answer.write):
-                log.info("transactional id %s: producer id %d epoch %d %s in %d partitions",
+                log.debug("transactional id %s: producer id %d epoch %d %s in %d partitions",
                          transactional_id, entry.producer_id, entry.producer_epoch,
                          "committed" if commit else "aborted", len(entry.partitions))
                 return

@@ -1,0 +1,111 @@
+"""Transactional produce throughput (issue 18) beside idempotent produce, in one run.
+
+    python bench/transactions.py [--records 100000] [--dir PATH]
+
+A controller and three brokers as real children on 127.0.0.1 (tests/broker/cluster.py). One
+topic of three partitions, replication factor 3, min.insync.replicas 2. confluent-kafka produces
+--records records of 1 KiB, acks=all, linger.ms 5, no compression:
+  - idempotent, no transaction: the yardstick, same run, same machine;
+  - transactional, in transactions of 10,000 records;
+  - transactional, in transactions of 100 records (each commit: EndTxn, PrepareCommit and
+    CompleteCommit written to __transaction_state, a COMMIT marker per partition).
+Each figure is records/s from the first produce() to the last commit (or flush), and the
+transactional rows give their rate as a multiple of the yardstick's. Figures vary from run to run on a
+shared 2-core machine: compare ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import confluent_kafka
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.broker.cluster import Cluster  # noqa: E402  (the tests' real-process fixture)
+
+RECORD_BYTES = 1024
+WAIT_S = 60.0
+WARMUP_RECORDS = 300
+TOPIC = "bench-txn"
+
+
+def run(bootstrap: str, records: int, per_transaction: int | None, name: str) -> float:
+    """records/s of `records` acknowledged records; per_transaction None: idempotent only."""
+    config = {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+              "batch.size": 1 << 20, "compression.type": "none", "enable.idempotence": True,
+              "queue.buffering.max.messages": 200_000,
+              "message.timeout.ms": int(WAIT_S * 1000)}
+    if per_transaction is not None:
+        config["transactional.id"] = name
+    producer = confluent_kafka.Producer(config)
+    if per_transaction is not None:
+        producer.init_transactions(WAIT_S)
+    value = b"x" * RECORD_BYTES
+    failed: list[object] = []
+
+    def delivered(err: object, _msg: object) -> None:
+        if err is not None:
+            failed.append(err)
+
+    # warm up, untimed: connections, metadata, the first transaction's partitions
+    if per_transaction is not None:
+        producer.begin_transaction()
+    for _ in range(WARMUP_RECORDS):
+        producer.produce(TOPIC, value, on_delivery=delivered)
+    if per_transaction is not None:
+        producer.commit_transaction(WAIT_S)
+    producer.flush(WAIT_S)
+    start = time.perf_counter()
+    sent = 0
+    while sent < records:
+        batch = records - sent if per_transaction is None else min(per_transaction,
+                                                                   records - sent)
+        if per_transaction is not None:
+            producer.begin_transaction()
+        for _ in range(batch):
+            while True:
+                try:
+                    producer.produce(TOPIC, value, on_delivery=delivered)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+            producer.poll(0)
+        if per_transaction is not None:
+            producer.commit_transaction(WAIT_S)
+        elif producer.flush(WAIT_S):
+            raise RuntimeError(f"{name}: records still unacknowledged after {WAIT_S}s")
+        sent += batch
+    elapsed = time.perf_counter() - start
+    if failed:
+        raise RuntimeError(f"{name}: {len(failed)} records failed, first {failed[0]}")
+    return records / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--records", type=int, default=100_000)
+    parser.add_argument("--dir", type=Path, default=None, help="where the cluster lives")
+    args = parser.parse_args()
+    base = args.dir or Path(tempfile.mkdtemp(prefix="epochlog-bench-txn-"))
+    with Cluster(base, brokers=3) as cluster:
+        cluster.create_topic(TOPIC, partitions=3, replication_factor=3,
+                             **{"min.insync.replicas": "2"})
+        cluster.wait_fully_replicated(TOPIC)
+        print(f"{args.records} records of {RECORD_BYTES} B, acks=all, 3 brokers, RF 3, "
+              f"3 partitions (confluent-kafka {confluent_kafka.__version__})")
+        yardstick = run(cluster.bootstrap, args.records, None, "idempotent")
+        print(f"  idempotent, no transaction (yardstick)   {yardstick:10,.0f} records/s")
+        for size in (10_000, 100):
+            rate = run(cluster.bootstrap, args.records, size, f"bench-{size}")
+            print(f"  transactions of {size:>6,} records          {rate:10,.0f} records/s  "
+                  f"({rate / yardstick:.2f} x the yardstick)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
