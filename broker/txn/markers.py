@@ -68,9 +68,10 @@ class MarkerWriter:
         while left:
             if not still_leading():
                 return False
-            for leader_id, tps in self._by_leader(left).items():
-                done = await self._send(leader_id, tps, producer_id, producer_epoch, commit,
-                                        coordinator_epoch)
+            sends = [self._send(leader_id, tps, producer_id, producer_epoch, commit,
+                                coordinator_epoch)
+                     for leader_id, tps in self._by_leader(left).items()]
+            for done in await asyncio.gather(*sends):  # every leader at once
                 left -= done
             if not left:
                 break
