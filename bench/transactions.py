@@ -10,8 +10,8 @@ topic of three partitions, replication factor 3, min.insync.replicas 2. confluen
   - transactional, in transactions of 100 records (each commit: EndTxn, PrepareCommit and
     CompleteCommit written to __transaction_state, a COMMIT marker per partition).
 Each figure is records/s from the first produce() to the last commit (or flush), and the
-transactional rows give their rate as a multiple of the yardstick's. Figures vary from run to run on a
-shared 2-core machine: compare ratios.
+transactional rows give their rate as a multiple of the yardstick's. Figures vary from run to
+run on a shared 2-core machine: compare ratios.
 """
 
 from __future__ import annotations

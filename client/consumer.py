@@ -89,6 +89,7 @@ from epochlog.protocol.records import decode_batch
 from epochlog.protocol.registry import APIS
 
 from . import fetcher
+from .aborted import AbortedTransactions
 from .cluster import Bootstrap, ClusterClient, NodeNotReady
 from .connection import NoCommonVersion
 from .errors import CorruptMessageError, KafkaError, LogTruncationError, OffsetOutOfRangeError
@@ -107,6 +108,7 @@ VALIDATE_VERSION_MIN = 2  # CurrentLeaderEpoch in OffsetForLeaderEpoch (KIP-320)
 CONSUMER_REPLICA_ID = -1
 EARLIEST_TIMESTAMP, LATEST_TIMESTAMP = -2, -1
 ISOLATION_LEVELS = {"read_uncommitted": 0, "read_committed": 1}
+READ_COMMITTED = ISOLATION_LEVELS["read_committed"]
 DRIVER_IDLE_S_MAX = 1.0  # the driver looks around at least this often
 GROUP_POLL_S = 0.5  # a group member's poll() checks on the group at least this often
 NETWORK_ERRORS = (OSError, ConnectionError, asyncio.TimeoutError, NoCommonVersion, DecodeError)
@@ -130,6 +132,7 @@ class _Completed:
     """A fetch answer's records for one partition, buffered raw and decoded batch by batch."""
 
     __slots__ = (
+        "aborted",
         "batch_next",
         "batches",
         "data",
@@ -152,6 +155,7 @@ class _Completed:
         self.taken = 0
         self.epoch = NO_EPOCH
         self.batch_next = -1  # the offset after the batch being handed out
+        self.aborted: AbortedTransactions | None = None  # read_committed: what to drop
 
 
 class Consumer:
@@ -632,6 +636,8 @@ class Consumer:
         """The batch at pos, checked and decompressed; None for a control batch or one wholly
         before the position, False if it is corrupt."""
         st = c.st
+        if c.aborted is not None and c.aborted.drops(header, c.data, pos):
+            return None
         if header.attributes & CONTROL_MASK or header.next_offset <= st.position:
             return None
         data = c.data
@@ -685,6 +691,8 @@ class Consumer:
                 ) -> list[ConsumerRecord] | None:
         """The batch's records from the position on; None if the batch is corrupt."""
         st = c.st
+        if c.aborted is not None and c.aborted.drops(header, c.data, pos):
+            return []
         if header.attributes & CONTROL_MASK or header.next_offset <= st.position:
             return []
         topic, partition = st.tp
@@ -1025,7 +1033,7 @@ class Consumer:
                     self._backoff(st, action)
                     continue
                 self._follow_preferred(st, node, p.preferred_read_replica, now)
-                got = self._buffer_records(st, p.records) or got
+                got = self._buffer_records(st, p.records, p.aborted_transactions) or got
         self._clear_in_flight(sts, sent)
         if got and self._buffered_bytes < self.prefetch_max_bytes and not self._closed:
             # The next Fetch leaves before poll() decodes this one's records, so the broker
@@ -1047,7 +1055,8 @@ class Consumer:
         st.preferred_replica = preferred
         st.preferred_until = now + self.metadata_max_age_ms / 1000
 
-    def _buffer_records(self, st: PartitionState, data: bytes | memoryview | None) -> bool:
+    def _buffer_records(self, st: PartitionState, data: bytes | memoryview | None,
+                        aborted: Sequence[Any] | None = None) -> bool:
         # Batch headers only: the next fetch offset is known without copying or decoding
         # anything (a view of the answer's frame is copied batch by batch in _decode).
         if not data:
@@ -1066,7 +1075,11 @@ class Consumer:
             return False
         st.fetch_offset = next_offset
         self.counters.bytes_received += len(data)
-        self._buffer.append(_Completed(st, data, batches))
+        completed = _Completed(st, data, batches)
+        if self.isolation_level == READ_COMMITTED and aborted:
+            completed.aborted = AbortedTransactions((a.producer_id, a.first_offset)
+                                                    for a in aborted)
+        self._buffer.append(completed)
         self._buffered_bytes += len(data)
         return True
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from epochlog import Admin
+from epochlog import Admin, Consumer, TopicPartition
 from epochlog.client.errors import KafkaError
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
@@ -525,3 +525,57 @@ def test_kafka_python_and_aiokafka_transactions(cluster: Cluster) -> None:
     assert got == [b"kafka-python committed", b"aiokafka committed"]
     assert [commit for _, _, commit in markers(cluster, "tx-python", 1)] == \
         [True, False, True, False]
+
+
+def test_our_read_committed_consumer(cluster: Cluster) -> None:
+    """epochlog's Consumer with isolation_level="read_committed", by records and by batches
+    (what the Spark source reads): committed transactions and plain records in offset order,
+    nothing of an aborted transaction, and nothing from an open one's first offset on."""
+    confluent = pytest.importorskip("confluent_kafka")
+    cluster.create_topic("tx-ours", partitions=1, replication_factor=3)
+    cluster.wait_fully_replicated("tx-ours")
+    txn = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                              "transactional.id": "ours-1", "linger.ms": 0})
+    plain = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
+                                "enable.idempotence": True, "linger.ms": 0})
+    txn.init_transactions(60)
+    wanted: set[bytes] = set()
+    for round_ in range(4):
+        txn.begin_transaction()
+        for i in range(3):
+            txn.produce("tx-ours", f"txn {round_}.{i}".encode())
+            txn.flush(30)
+            plain.produce("tx-ours", f"plain {round_}.{i}".encode())  # interleaved, outside
+            plain.flush(30)
+            wanted.add(f"plain {round_}.{i}".encode())
+        if round_ % 2:
+            txn.abort_transaction(60)
+        else:
+            txn.commit_transaction(60)
+            wanted |= {f"txn {round_}.{i}".encode() for i in range(3)}
+    txn.begin_transaction()
+    txn.produce("tx-ours", b"open")  # an open transaction: nothing from here on is stable
+    txn.flush(30)
+    plain.produce("tx-ours", b"after the open one")
+    plain.flush(30)
+
+    async def read(isolation: str, by_batches: bool) -> list[tuple[int, bytes | None]]:
+        async with Consumer(bootstrap_servers=cluster.bootstrap_servers,
+                            isolation_level=isolation, auto_offset_reset="earliest") as consumer:
+            consumer.assign([TopicPartition("tx-ours", 0)])
+            got: list[tuple[int, bytes | None]] = []
+            for _ in range(15):
+                if by_batches:  # offsets only: the Spark source decodes the records itself
+                    for batch in await consumer.poll_batches(timeout_ms=200):
+                        got += [(o, None) for o in range(batch.first_offset, batch.next_offset)]
+                else:
+                    got += [(r.offset, r.value) for r in await consumer.poll(timeout_ms=200)]
+            return sorted(got)
+
+    everything = asyncio.run(read("read_uncommitted", False))
+    open_at = next(o for o, v in everything if v == b"open")
+    want = [(o, v) for o, v in everything if v in wanted and o < open_at]
+    assert len(want) == 18  # 12 plain records and two committed transactions of 3
+    assert asyncio.run(read("read_committed", False)) == want
+    assert asyncio.run(read("read_committed", True)) == [(o, None) for o, _ in want]
+    txn.commit_transaction(60)
