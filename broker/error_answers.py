@@ -29,6 +29,7 @@ from typing import Any
 from epochlog.protocol.api import Api
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis import (
+    add_partitions_to_txn,
     alter_configs,
     create_partitions,
     create_topics,
@@ -39,6 +40,7 @@ from epochlog.protocol.apis import (
     describe_groups,
     describe_producers,
     describe_topic_partitions,
+    describe_transactions,
     elect_leaders,
     fetch,
     find_coordinator,
@@ -52,6 +54,8 @@ from epochlog.protocol.apis import (
     offset_for_leader_epoch,
     produce,
     stop_replica,
+    txn_offset_commit,
+    write_txn_markers,
 )
 from epochlog.protocol.schema import Message, layout
 
@@ -181,6 +185,32 @@ SHAPES: dict[ApiKey, Shape] = {
     ApiKey.INCREMENTAL_ALTER_CONFIGS: Shape((Entries(
         "responses", alter_configs.AlterConfigsResourceResponse, ("resources",),
         (("resource_type", "resource_type"), ("resource_name", "resource_name"))),)),
+    # Transactions.
+    ApiKey.ADD_PARTITIONS_TO_TXN: Shape((Entries(
+        "results_by_topic_v3_and_below", add_partitions_to_txn.AddPartitionsToTxnTopicResult,
+        ("v3_and_below_topics",), (("name", "name"),),
+        inner=Entries("results_by_partition",
+                      add_partitions_to_txn.AddPartitionsToTxnPartitionResult, ("partitions",),
+                      (("partition_index", ""),))),)),
+    ApiKey.ADD_OFFSETS_TO_TXN: Shape(),
+    ApiKey.END_TXN: Shape(),
+    ApiKey.WRITE_TXN_MARKERS: Shape((Entries(
+        "markers", write_txn_markers.WritableTxnMarkerResult, ("markers",),
+        (("producer_id", "producer_id"),),
+        inner=Entries("topics", write_txn_markers.WritableTxnMarkerTopicResult, ("topics",),
+                      (("name", "name"),),
+                      inner=Entries("partitions",
+                                    write_txn_markers.WritableTxnMarkerPartitionResult,
+                                    ("partition_indexes",), (("partition_index", ""),)))),)),
+    ApiKey.TXN_OFFSET_COMMIT: Shape((_topics_partitions(
+        "topics", txn_offset_commit.TxnOffsetCommitResponseTopic, "topics", "name",
+        "partitions", txn_offset_commit.TxnOffsetCommitResponsePartition, "partitions",
+        ("partition_index", "partition_index")),)),
+    ApiKey.DESCRIBE_TRANSACTIONS: Shape((Entries(
+        "transaction_states", describe_transactions.TransactionState, ("transactional_ids",),
+        (("transactional_id", ""),),
+        {"producer_id": -1, "producer_epoch": -1, "transaction_start_time_ms": -1}),)),
+    ApiKey.LIST_TRANSACTIONS: Shape(),
 }
 
 
@@ -233,6 +263,8 @@ def _lookup(chain: tuple[Any, ...], name: str) -> Any:
 
 def _stamp(message: Message, code: int) -> None:
     fields = type(message).__struct_fields__
+    if "partition_error_code" in fields:  # AddPartitionsToTxn's name for it
+        message.partition_error_code = code  # type: ignore[attr-defined]
     if "error_code" in fields:
         message.error_code = code  # type: ignore[attr-defined]
         if "error_message" in fields:
