@@ -4,8 +4,9 @@ Theory of operation
 -------------------
 A compacted log keeps, per key, at least the latest record. The cleaner works on the closed
 segments below a bound: the first segment that is the active one, holds offsets at or above the
-high watermark (a record there may still be truncated away, and must not hide an older committed
-value), or is younger than `min_compaction_lag_ms` (its largest record timestamp). The
+last stable offset (a record there may still be truncated away, or belong to a transaction not
+yet settled, and must not hide an older committed value), or is younger than
+`min_compaction_lag_ms` (its largest record timestamp). The
 `cleaner-offset-checkpoint` of the data dir holds, per partition, the first dirty offset: below
 it the log was cleaned already. A log is chosen when its dirty bytes over its cleanable bytes reach
 `min_cleanable_dirty_ratio` (the dirtiest first), or when tombstones it holds are due.
@@ -19,7 +20,9 @@ One pass, `CleanJob.run`, runs off the event loop on descriptors of its own:
    segment_bytes, their offsets within a segment's int32 range) and each group rewritten to one
    `<base>.log.cleaned` (+ indexes, built as it is written), fsynced. A record is kept unless the
    map holds a later offset for its key, or it is a tombstone whose delete horizon has passed;
-   records without a key and control batches are kept. Every record keeps its offset; a batch
+   records without a key and control batches are kept; the records of aborted transactions
+   (storage's producer state lists them) neither enter the map nor stay, as in Kafka, so they
+   never hide a committed value. Every record keeps its offset; a batch
    keeps its base offset, last offset delta (so the batch's last offset, the producer's sequence
    range and the log end stay right), leader epoch and producer fields, and is re-encoded with its
    codec only if a record went (untouched batches are copied byte for byte). A batch left empty
@@ -174,7 +177,8 @@ class CleanJob:
 
     def __init__(self, tp: TopicPartition, target: Log, views: list[SegmentView],
                  first_dirty: int, producer_last: dict[int, int], now_ms: int,
-                 settings: CleanerSettings) -> None:
+                 settings: CleanerSettings,
+                 aborted: dict[int, list[tuple[int, int]]] | None = None) -> None:
         self.tp = tp
         self.log = target
         self.directory = target.directory
@@ -183,6 +187,8 @@ class CleanJob:
         self.views = views
         self.first_dirty = first_dirty
         self.producer_last = producer_last  # producer id -> last offset of its last batch
+        # producer id -> (first offset, marker offset) of its aborted transactions
+        self.aborted = aborted or {}
         self.now_ms = now_ms
         self.settings = settings
         self._cancel = threading.Event()
@@ -253,6 +259,9 @@ class CleanJob:
                     continue
                 if len(offsets) and not offsets.has_room_for(header.record_count):
                     return offsets, header.base_offset  # full: the next pass goes on from here
+                if self._aborted(header):
+                    map_end = header.next_offset
+                    continue  # an aborted transaction's records never win
                 _, records = decode_batch(data)
                 for record in records:
                     if record.key is not None:
@@ -318,7 +327,8 @@ class CleanJob:
         _, records = decode_batch(data)
         has_horizon = bool(header.attributes & DELETE_HORIZON_MASK)
         horizon_passed = has_horizon and self.now_ms >= header.base_timestamp
-        kept = [r for r in records if self._retain(r, offsets, horizon_passed)]
+        kept = [] if self._aborted(header) else \
+            [r for r in records if self._retain(r, offsets, horizon_passed)]
         tombstones = any(r.value is None and r.key is not None for r in kept)
         horizon = None
         if tombstones:
@@ -334,6 +344,13 @@ class CleanJob:
         if last_in_group or producer_last:
             return _empty_batch(header), dropped, None
         return None, dropped, None
+
+    def _aborted(self, header: BatchHeader) -> bool:
+        """A batch of an aborted transaction: no reader ever sees its records, so they go."""
+        if not header.is_transactional:
+            return False
+        return any(first <= header.base_offset <= last
+                   for first, last in self.aborted.get(header.producer_id, ()))
 
     @staticmethod
     def _retain(record: Record, offsets: OffsetMap, horizon_passed: bool) -> bool:
@@ -479,19 +496,25 @@ class LogCleaner:
         producer_last = {pid: entry.batches[-1].last_offset
                          for pid, entry in target.producer_state.producers.items()
                          if entry.batches}
-        return CleanJob(tp, target, views, first_dirty, producer_last, now_ms, self.settings)
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        for a in target.producer_state.aborted:
+            aborted.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
+        return CleanJob(tp, target, views, first_dirty, producer_last, now_ms, self.settings,
+                        aborted)
 
     @staticmethod
     def _cleanable(target: Log, now_ms: int) -> list[Segment]:
-        """The closed segments from the log start that are wholly below the high watermark and
-        older than min_compaction_lag_ms, up to the first that is not."""
+        """The closed segments from the log start that are wholly below the last stable offset
+        (the high watermark, or an unsettled transaction's first offset: its records may yet be
+        aborted, and must not hide an older committed value) and older than
+        min_compaction_lag_ms, up to the first that is not."""
         out = []
         lag_ms = target.config.min_compaction_lag_ms
         for segment in target.segments[:-1]:
             newest_ms = segment.max_timestamp_ms if segment.max_timestamp_ms >= 0 \
                 else segment.created_ms
-            if segment.next_offset > target.high_watermark or (lag_ms > 0
-                                                               and now_ms - newest_ms < lag_ms):
+            if segment.next_offset > target.last_stable_offset or (
+                    lag_ms > 0 and now_ms - newest_ms < lag_ms):
                 break
             out.append(segment)
         return out

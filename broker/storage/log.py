@@ -305,6 +305,7 @@ class Log:
 
     def update_high_watermark(self, offset: int) -> None:
         self.high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self.producer_state.settle(self.high_watermark)
 
     def begin_leader_epoch(self, leader_epoch: int) -> None:
         """Becoming leader: the new epoch starts at the log end (KIP-101 step 3). On a disk that

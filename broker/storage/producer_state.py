@@ -175,10 +175,15 @@ class ProducerStateManager:
         """producer id -> the first offset of its open transaction."""
         return dict(self._open)
 
-    def first_unstable_offset(self, high_watermark: int) -> int | None:
-        """Where the earliest transaction not settled below high_watermark starts, if any."""
+    def settle(self, high_watermark: int) -> None:
+        """Forget the ended transactions whose marker is below high_watermark (the log calls
+        this as its high watermark moves, so that a follower, asked for nothing, keeps few)."""
         if self._settling and self._settling[0][1] < high_watermark:
             self._settling = [s for s in self._settling if s[1] >= high_watermark]
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """Where the earliest transaction not settled below high_watermark starts, if any."""
+        self.settle(high_watermark)
         firsts = [first for first, _ in self._settling]
         if self._open:
             firsts.append(min(self._open.values()))

@@ -139,6 +139,35 @@ def test_the_active_segment_and_segments_above_the_high_watermark_stay(tmp_path)
         assert offsets[0] == segment.base_offset, "a segment above the high watermark changed"
 
 
+def test_an_aborted_transaction_never_hides_a_committed_value(tmp_path):
+    """Records of an aborted transaction neither win the offset map nor stay (Kafka's rule):
+    compacted, the key keeps its committed value; and an open transaction holds the cleaning
+    below its first offset, since it may yet abort."""
+    from epochlog.protocol.control_records import marker_batch
+
+    c = Compacted(tmp_path)
+    c.put([(b"k", b"committed" + b"." * 40)])
+    pid = 77
+    c.put([(b"k", b"aborted" + b"." * 40)], producer_id=pid, producer_epoch=0,
+          base_sequence=0, is_transactional=True)
+    c.log.append_as_leader(marker_batch(False, pid, 0, 0, c.clock()), 0)
+    updates(c, 60, keys=3)  # other keys, so that segments roll past the transaction
+    c.log.update_high_watermark(c.log.log_end_offset)
+    c.clean_all()
+    values = {v for _, k, v in records_of(c.log) if k == b"k"}
+    assert values == {b"committed" + b"." * 40}, values
+    # an open transaction: nothing from its first offset on is cleaned
+    c.put([(b"o", b"open" + b"." * 40)], producer_id=pid + 1, producer_epoch=0,
+          base_sequence=0, is_transactional=True)
+    open_at = c.log.log_end_offset - 1
+    updates(c, 60, keys=3)
+    c.log.update_high_watermark(c.log.log_end_offset)
+    assert c.log.last_stable_offset == open_at
+    c.clean_all()
+    above = [r for r in records_of(c.log) if r[0] >= open_at]
+    assert len(above) == c.log.log_end_offset - open_at, "a segment above the LSO was cleaned"
+
+
 def test_min_compaction_lag_keeps_new_segments_dirty(tmp_path):
     clock = FakeClock()
     c = Compacted(tmp_path, LogConfig(**{**_fields(COMPACT), "min_compaction_lag_ms": 5000}),
