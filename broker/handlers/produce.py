@@ -41,7 +41,8 @@ handler adds only the wait.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.produce import (
@@ -163,7 +164,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     if request.acks == 0:
         return None
     if request.acks == -1 and waits:
-        await _wait_for_replication(app, waits, request.timeout_ms)
+        await wait_for_replication(app, waits, request.timeout_ms)
     return ProduceResponse(responses=topics)
 
 
@@ -186,10 +187,15 @@ def replication_error(app: BrokerApp, partition: Partition, epoch: int,
     return None if leading else E.NOT_LEADER_OR_FOLLOWER
 
 
-async def _wait_for_replication(app: BrokerApp,
-                                waits: list[tuple[PartitionProduceResponse, Partition, int, int]],
-                                timeout_ms: int) -> None:
-    """acks=all: until every appended partition's high watermark passes its last offset."""
+class _Answer(Protocol):
+    error_code: int
+
+
+async def wait_for_replication(app: BrokerApp, waits: Sequence[tuple[_Answer, Partition, int, int]],
+                               timeout_ms: int) -> None:
+    """acks=all: until every appended partition's high watermark passes its last offset; then
+    each (answer, partition, leader epoch, last offset) gets its error code (0 if committed).
+    Produce and WriteTxnMarkers wait this way."""
     await replicas_of(app).produce_purgatory.wait_until(
         [(p.topic, p.index) for _, p, _, _ in waits],
         lambda: all(replication_error(app, p, epoch, last) is not None

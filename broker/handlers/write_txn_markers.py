@@ -35,7 +35,7 @@ from ..partition import Partition
 from ..storage import StorageError
 from . import register
 from ._partitions import leader
-from .produce import replication_error
+from .produce import wait_for_replication
 
 if TYPE_CHECKING:
     from ..server import RequestContext
@@ -66,13 +66,7 @@ async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
             topics.append(WritableTxnMarkerTopicResult(name=topic.name, partitions=answers))
         results.append(WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
     if waits:
-        await replicas_of(app).produce_purgatory.wait_until(
-            [(p.topic, p.index) for _, p, _, _ in waits],
-            lambda: all(replication_error(app, p, epoch, last) is not None
-                        for _, p, epoch, last in waits), MARKER_TIMEOUT_MS)
-        for answer, p, epoch, last in waits:
-            error = replication_error(app, p, epoch, last)
-            answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
+        await wait_for_replication(app, waits, MARKER_TIMEOUT_MS)
     for marker, result in zip(request.markers, results, strict=True):
         for answered in result.topics:
             if answered.name == OFFSETS_TOPIC:

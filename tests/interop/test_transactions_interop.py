@@ -38,18 +38,18 @@ def live_brokers(cluster: Cluster) -> list[int]:
     return [b for b in cluster.broker_ids if cluster.node(b).alive]
 
 
-def coordinator(cluster: Cluster, transactional_id: str) -> int:
-    """The broker that coordinates transactional_id, once one does."""
+def coordinator(cluster: Cluster, key: str, key_type: int = 1) -> int:
+    """The broker that coordinates a transactional id (key type 1) or a group (0), once one
+    does."""
     got: dict[str, Any] = {}
 
     def ask() -> bool:
         got["answer"] = cluster.node(live_brokers(cluster)[0]).call(
-            ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(key=transactional_id, key_type=1),
+            ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(key=key, key_type=key_type),
             version=3)
         return bool(got["answer"].error_code == 0)
 
-    until(ask, f"a coordinator for transactional id {transactional_id}", 60,
-          detail=lambda: str(got.get("answer")))
+    until(ask, f"a coordinator for {key}", 60, detail=lambda: str(got.get("answer")))
     node_id: int = got["answer"].node_id
     return node_id
 
@@ -302,16 +302,7 @@ def test_read_committed_consumers_wait_for_an_open_transaction(cluster: Cluster)
 
 
 def group_coordinator(cluster: Cluster, group_id: str) -> int:
-    got: dict[str, Any] = {}
-
-    def ask() -> bool:
-        got["answer"] = cluster.node(live_brokers(cluster)[0]).call(
-            ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(key=group_id, key_type=0), version=3)
-        return bool(got["answer"].error_code == 0)
-
-    until(ask, f"a coordinator for group {group_id}", 60, detail=lambda: str(got.get("answer")))
-    node_id: int = got["answer"].node_id
-    return node_id
+    return coordinator(cluster, group_id, key_type=0)
 
 
 def stable_offsets(cluster: Cluster, group_id: str, topic: str, partitions: int) -> list[Any]:
