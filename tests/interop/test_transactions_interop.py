@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from epochlog.protocol.error_codes import ErrorCode
 from epochlog.testing import Cluster, until
 
 TXN_TOPIC = "__transaction_state"
+AFTER_S = 1.5  # once a reader has what it should, how long it goes on reading for more
 SETTINGS = {"transaction_state_log_num_partitions": 3}
 
 
@@ -110,6 +112,9 @@ def consume_all(cluster: Cluster, topic: str, expected: int,
         consumer.subscribe([topic])
         until(lambda: bool(_poll_into(consumer, got)) and len(got) >= expected,
               f"{expected} records of {topic}", 60, detail=lambda: str(len(got)))
+        deadline = time.monotonic() + AFTER_S  # then a while for what should not come
+        while time.monotonic() < deadline:
+            _poll_into(consumer, got)
     finally:
         consumer.close()
     return got
@@ -257,7 +262,6 @@ def test_read_committed_consumers_wait_for_an_open_transaction(cluster: Cluster)
     consumers (librdkafka's and kafka-python's) stop before it until it commits, while
     read_uncommitted ones read on; an aborted transaction's records never reach them."""
     confluent = pytest.importorskip("confluent_kafka")
-    kafka = pytest.importorskip("kafka")
     cluster.create_topic("tx-open", partitions=1, replication_factor=3)
     cluster.wait_fully_replicated("tx-open")
     plain = confluent.Producer({"bootstrap.servers": cluster.bootstrap_servers,
@@ -275,13 +279,7 @@ def test_read_committed_consumers_wait_for_an_open_transaction(cluster: Cluster)
     assert len(consume_all(cluster, "tx-open", 3)) == 3
     stable = consume_all(cluster, "tx-open", 1, "read_committed")
     assert stable == [b"before"]
-    old = kafka.KafkaConsumer("tx-open", bootstrap_servers=cluster.bootstrap_servers,
-                              isolation_level="read_committed", auto_offset_reset="earliest",
-                              consumer_timeout_ms=3000)
-    try:
-        assert [m.value for m in old] == [b"before"]
-    finally:
-        old.close()
+    assert kafka_python_read_committed(cluster, "tx-open", 1) == [b"before"]
     txn.commit_transaction(60)
     everything = consume_all(cluster, "tx-open", 3, "read_committed")
     assert everything == [b"before", b"in the transaction", b"after, outside it"]
@@ -291,14 +289,33 @@ def test_read_committed_consumers_wait_for_an_open_transaction(cluster: Cluster)
     txn.abort_transaction(60)
     plain.produce("tx-open", b"last")
     plain.flush(30)
-    old = kafka.KafkaConsumer("tx-open", bootstrap_servers=cluster.bootstrap_servers,
-                              isolation_level="read_committed", auto_offset_reset="earliest",
-                              consumer_timeout_ms=5000)
+    assert kafka_python_read_committed(cluster, "tx-open", 4) == [
+        b"before", b"in the transaction", b"after, outside it", b"last"]
+
+
+def kafka_python_read_committed(cluster: Cluster, topic: str, expected: int) -> list[bytes]:
+    """kafka-python's read_committed consumer from the start of topic: polled until it has
+    `expected` records (bounded), then AFTER_S more for any it should not have."""
+    kafka = pytest.importorskip("kafka")
+    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=cluster.bootstrap_servers,
+                                   isolation_level="read_committed",
+                                   auto_offset_reset="earliest")
+    got: list[bytes] = []
+
+    def poll() -> None:
+        for records in consumer.poll(timeout_ms=200).values():
+            got.extend(r.value for r in records)
+
     try:
-        assert [m.value for m in old] == [b"before", b"in the transaction",
-                                          b"after, outside it", b"last"]
+        until(lambda: poll() or len(got) >= expected or None,
+              f"{expected} committed records of {topic} (kafka-python)", 60,
+              detail=lambda: str(got))
+        deadline = time.monotonic() + AFTER_S
+        while time.monotonic() < deadline:
+            poll()
     finally:
-        old.close()
+        consumer.close()
+    return got
 
 
 def group_coordinator(cluster: Cluster, group_id: str) -> int:
@@ -550,23 +567,28 @@ def test_our_read_committed_consumer(cluster: Cluster) -> None:
     plain.produce("tx-ours", b"after the open one")
     plain.flush(30)
 
-    async def read(isolation: str, by_batches: bool) -> list[tuple[int, bytes | None]]:
+    async def read(isolation: str, by_batches: bool, enough: int
+                   ) -> list[tuple[int, bytes | None]]:
         async with Consumer(bootstrap_servers=cluster.bootstrap_servers,
                             isolation_level=isolation, auto_offset_reset="earliest") as consumer:
             consumer.assign([TopicPartition("tx-ours", 0)])
             got: list[tuple[int, bytes | None]] = []
-            for _ in range(15):
+            loop = asyncio.get_running_loop()
+            deadline, extra_until = loop.time() + 60, None
+            while loop.time() < (extra_until or deadline):
                 if by_batches:  # offsets only: the Spark source decodes the records itself
                     for batch in await consumer.poll_batches(timeout_ms=200):
                         got += [(o, None) for o in range(batch.first_offset, batch.next_offset)]
                 else:
                     got += [(r.offset, r.value) for r in await consumer.poll(timeout_ms=200)]
+                if extra_until is None and len(got) >= enough:
+                    extra_until = loop.time() + AFTER_S  # then a while for what should not come
             return sorted(got)
 
-    everything = asyncio.run(read("read_uncommitted", False))
+    everything = asyncio.run(read("read_uncommitted", False, 12 + 12 + 2))
     open_at = next(o for o, v in everything if v == b"open")
     want = [(o, v) for o, v in everything if v in wanted and o < open_at]
     assert len(want) == 18  # 12 plain records and two committed transactions of 3
-    assert asyncio.run(read("read_committed", False)) == want
-    assert asyncio.run(read("read_committed", True)) == [(o, None) for o, _ in want]
+    assert asyncio.run(read("read_committed", False, len(want))) == want
+    assert asyncio.run(read("read_committed", True, len(want))) == [(o, None) for o, _ in want]
     txn.commit_transaction(60)
