@@ -636,7 +636,14 @@ def test_four_clients_share_one_group(cluster: Cluster, strategy: str, leader: s
             for p in m.assigned:
                 end = max(r.offset for r in m.reads if r.partition == p) + 1
                 epoch = epochs[p][1] if m.sends_leader_epoch else -1
-                assert committed[p] == (end, epoch), (m, p, committed[p], epochs[p])
+                # A partition that a late rebalance moved through a member committing without
+                # epochs comes back positioned at that commit, epoch unknown (-1): seen beside a
+                # CPU hog, kafka-python then committing (50, -1) for a partition aiokafka held.
+                passed_through = any(not o.sends_leader_epoch and o is not m
+                                     and any(r.partition == p for r in o.reads)
+                                     for o in members)
+                allowed = {(end, epoch)} | ({(end, -1)} if passed_through else set())
+                assert committed[p] in allowed, (m, p, committed[p], epochs[p])
         assert {e for _, e in epochs.values()} >= {0, 1}  # the fixture made some epochs 1
     finally:
         close_all(members)
