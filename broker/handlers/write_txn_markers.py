@@ -14,7 +14,6 @@ group coordinator to apply or drop the transaction's offsets (TxnOffsetCommit).
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
@@ -30,7 +29,7 @@ from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode
 
 from ..broker_app import groups_of, replicas_of
-from ..groups.coordinator import OFFSETS_TOPIC
+from ..groups.coordinator import OFFSETS_TOPIC, wall_clock_ms
 from ..partition import Partition
 from ..storage import StorageError
 from . import register
@@ -42,10 +41,6 @@ if TYPE_CHECKING:
 
 E = ErrorCode
 MARKER_TIMEOUT_MS = 30_000
-
-
-def _wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
@@ -88,7 +83,7 @@ def _append(ctx: RequestContext, marker: WritableTxnMarker, topic: str, index: i
         answer.error_code = E.NOT_ENOUGH_REPLICAS
         return None
     batch = marker_batch(marker.transaction_result, marker.producer_id, marker.producer_epoch,
-                         marker.coordinator_epoch, _wall_clock_ms())
+                         marker.coordinator_epoch, wall_clock_ms())
     try:
         info = partition.append_as_leader(batch)
     except StorageError as exc:

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING
 from epochlog.protocol.error_codes import ErrorCode
 
 from ..broker_app import producer_ids_of
+from ..groups.coordinator import wall_clock_ms
 from ..internal_topics import InternalTopic
 from ..partition import Partition
 from . import log_records
@@ -76,10 +77,6 @@ _WRITE_ERRORS: dict[int, int] = {
     E.MESSAGE_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
     E.RECORD_LIST_TOO_LARGE: E.UNKNOWN_SERVER_ERROR,
 }
-
-
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(eq=False)
