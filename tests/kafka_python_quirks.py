@@ -14,6 +14,14 @@ with a 1 ms timer.
 `rejoin_if_lost(consumer)` before each poll() gets such a consumer out of it: in exactly that
 state (a join task done whose result no poll will take) it asks for a new join, which then
 completes as any other.
+
+A second race, the other way round: kafka-python runs its network on a thread of its own, and a
+join round that completes there while need_rejoin() is still True (the flag is cleared only when
+poll() takes the result) is thrown away by the next poll(), which finds the task done and sends a
+new JoinGroup. An application that spends most of its time outside poll() while a round is in
+flight (two clients polled in turn on one thread) can make the group rebalance for ever; a
+consumer polled on its own thread, as applications run, does not (tests/interop/
+test_groups_interop.py's both_polled, tests/interop/test_mixed_groups.py's threads).
 """
 
 from __future__ import annotations
