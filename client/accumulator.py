@@ -208,6 +208,11 @@ class Accumulator:
         self.used_bytes = 0
         self.idempotent = idempotent
         self.identity = identity
+        # A transactional producer's batches carry the transactional flag; a partition's batches
+        # wait until may_send says the partition is in the transaction (AddPartitionsToTxn),
+        # and a gap in a sequence waits for the coordinator's epoch bump, not a local one.
+        self.transactional = False
+        self.may_send: Callable[[TopicPartition], bool] | None = None
         self.flushing = 0  # flushes (or a close) in progress: linger is ignored meanwhile
         self.queues: dict[TopicPartition, PartitionQueue] = {}
         self._new_future = new_future
@@ -303,6 +308,8 @@ class Accumulator:
             elif taken + head.size > request_bytes_max:  # an upper bound if not yet built
                 full.add(node)
                 continue
+            if self.may_send is not None and not self.may_send(pq.tp):
+                continue
             if idempotent and not self._stamp(pq, head, identity):
                 continue
             if head.builder is not None:
@@ -328,6 +335,8 @@ class Accumulator:
                 return False
             if (pq.producer_id, pq.producer_epoch) == (identity.producer_id,
                                                        identity.producer_epoch):
+                if self.transactional:
+                    return False  # the abort that must follow bumps the epoch at the coordinator
                 identity.bump()
                 if identity.producer_id < 0:
                     return False
@@ -340,7 +349,7 @@ class Accumulator:
             if head.builder is not None:
                 head.record_count = head.builder.record_count
                 head.builder.set_producer_state(pq.producer_id, pq.producer_epoch,
-                                                pq.next_sequence, False)
+                                                pq.next_sequence, self.transactional)
                 head.seal()
             else:
                 head.data = restamp(head.data, pq.producer_id, pq.producer_epoch,
@@ -411,7 +420,7 @@ class Accumulator:
             if batch.base_sequence >= 0:
                 sequence = (batch.base_sequence + first) & SEQUENCE_MAX
                 builder.set_producer_state(header.producer_id, header.producer_epoch, sequence,
-                                           False)
+                                           self.transactional)
             reserved = reserved_left if end == count else batch.reserved * (end - first) // count
             reserved_left -= reserved
             child = Batch(batch.tp, builder, batch.serial + (i,), batch.created,

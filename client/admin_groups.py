@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.delete_groups import DeleteGroupsRequest
 from epochlog.protocol.apis.describe_groups import DescribeGroupsRequest
-from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest
 from epochlog.protocol.apis.list_groups import ListGroupsRequest
 from epochlog.protocol.apis.offset_delete import (
     OffsetDeleteRequest,
@@ -218,20 +217,10 @@ class GroupAdmin:
 
     async def coordinator(self, key: str, key_type: int = GROUP) -> int:
         """The broker coordinating a group (key_type 0) or a transactional id (1)."""
-        answer = await self.cluster.request(await self.cluster.any_connection(),
-                                            ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(
-                                                key=key, key_type=key_type,
-                                                coordinator_keys=[key]))
-        if answer.coordinators:
-            c = answer.coordinators[0]
-            code, node = c.error_code, c.node_id
-        else:
-            code, node = answer.error_code, answer.node_id
+        code, node = await self.cluster.find_coordinator(key, key_type)
         what = "group" if key_type == GROUP else "transactional id"
         check(code, f"find the coordinator of {what} {key}")
-        if node not in self.cluster.brokers:
-            await self.cluster.refresh([])
-        return int(node)
+        return node
 
     async def on_coordinator(self, key: str, what: str, call: Callable[[int], Awaitable[T]],
                              key_type: int = GROUP) -> T:

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.find_coordinator import FindCoordinatorRequest, FindCoordinatorResponse
 from epochlog.protocol.apis.metadata import MetadataRequest, MetadataRequestTopic, MetadataResponse
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.registry import APIS
@@ -256,6 +258,23 @@ class ClusterClient:
 
     async def request_broker(self, node_id: int, key: int, message: Message) -> Any:
         return await self.request(await self.connection(node_id), key, message)
+
+    async def find_coordinator(self, key: str, key_type: int) -> tuple[int, int]:
+        """FindCoordinator for a group (key_type 0) or a transactional id (1), asked of an
+        idle connection: (error code, coordinator's node id), the node added to `brokers`."""
+        conn = await self.idle_connection()
+        api = APIS[ApiKey.FIND_COORDINATOR]
+        version = conn.version_for(api)
+        answer: FindCoordinatorResponse = await conn.request(api, version, FindCoordinatorRequest(
+            key=key, key_type=key_type, coordinator_keys=[key]))
+        if version >= 4:
+            c = answer.coordinators[0]
+            code, node, host, port = c.error_code, c.node_id, c.host, c.port
+        else:
+            code, node, host, port = answer.error_code, answer.node_id, answer.host, answer.port
+        if not code and node not in self.brokers:
+            self.brokers[node] = BrokerAddress(node, host, port, None)
+        return code, node
 
     async def refresh(self, topics: list[str] | None = None, auto_create: bool = False
                       ) -> MetadataResponse:

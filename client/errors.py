@@ -15,8 +15,9 @@ with an `Error` suffix, and reached with `error_class(code)` or `error_for(code,
 
 Client-side errors: KafkaTimeoutError (a delivery, block or request timeout ran out),
 KafkaConnectionError (no connection to a broker), BufferFullError (send_nowait with the buffer
-full), ProducerClosedError, and LogTruncationError (KIP-320: the consumer's position is past the
-point where the leader's log diverged; carries the divergent offset per partition).
+full), ProducerClosedError, TransactionAbortedError (a record of a transaction aborted before
+it was sent), and LogTruncationError (KIP-320: the consumer's position is past the point where
+the leader's log diverged; carries the divergent offset per partition).
 """
 
 from __future__ import annotations
@@ -58,6 +59,11 @@ class BufferFullError(KafkaError):
 
 class ProducerClosedError(KafkaError):
     """The producer is closed (or closing) and takes no more records."""
+
+
+class TransactionAbortedError(KafkaError):
+    """The record was in a transaction that was aborted before it was sent (Java's
+    TransactionAbortedException)."""
 
 
 class LogTruncationError(KafkaError):
@@ -171,6 +177,17 @@ class InvalidProducerEpochError(_Coded):
 
 class UnknownProducerIdError(_Coded):
     code = ErrorCode.UNKNOWN_PRODUCER_ID
+
+
+class InvalidTxnStateError(_Coded):
+    code = ErrorCode.INVALID_TXN_STATE
+
+
+class ProducerFencedError(_Coded):
+    """A newer producer with the same transactional id took over (InitProducerId bumped the
+    epoch): this one can only be closed."""
+
+    code = ErrorCode.PRODUCER_FENCED
 
 
 class KafkaStorageError(_Coded):

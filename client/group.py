@@ -181,6 +181,7 @@ class GroupMember:
     def metrics(self) -> dict[str, Any]:
         m = self.machine
         return {"group_id": self.group_id, "member_id": m.member_id,
+                "group_instance_id": self.settings.group_instance_id,
                 "generation": m.generation, "protocol": m.protocol,
                 "leader": m.leading, "leader_id": m.leader_id, "phase": m.phase.value,
                 "coordinator": -1 if m.coordinator is None else m.coordinator,

@@ -51,11 +51,12 @@ send_and_wait wait for room (at most max_block_ms), send_nowait refuses.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Literal
 
@@ -76,15 +77,18 @@ from .cluster import Bootstrap, ClusterClient
 from .connection import NoCommonVersion
 from .errors import (
     BufferFullError,
+    InvalidTxnStateError,
     KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
     ProducerClosedError,
+    TransactionAbortedError,
     UnknownTopicOrPartitionError,
     error_for,
 )
 from .partitioner import partition_for_key
 from .retriable import refresh_before_retry
+from .transactions import TransactionManager, TxnState
 from .types import RecordMetadata, TopicPartition
 
 log = logging.getLogger("epochlog.producer")
@@ -178,8 +182,19 @@ class Producer:
                  metadata_max_age_ms: int = 300_000,
                  partitioner: str | Partitioner = "murmur2_sticky",
                  key_serializer: Serializer | None = None,
-                 value_serializer: Serializer | None = None) -> None:
+                 value_serializer: Serializer | None = None,
+                 transactional_id: str | None = None,
+                 transaction_timeout_ms: int = 60_000) -> None:
         self._acks = _parse_acks(acks)
+        if transactional_id is not None:  # Java: transactions need idempotence, so acks=all
+            if enable_idempotence is False:
+                raise ValueError("transactional_id needs enable_idempotence (not False)")
+            if not transactional_id:
+                raise ValueError("transactional_id must not be empty")
+            if transaction_timeout_ms <= 0:
+                raise ValueError(f"transaction_timeout_ms must be positive, not "
+                                 f"{transaction_timeout_ms}")
+            enable_idempotence = True
         if enable_idempotence is None:  # Java 3.x: on unless the settings conflict with it
             enable_idempotence = (self._acks == -1 and
                                   max_in_flight_requests_per_connection <= IN_FLIGHT_IDEMPOTENT_MAX
@@ -229,6 +244,11 @@ class Producer:
         self._key_serializer = key_serializer
         self._value_serializer = value_serializer
         self._identity = ProducerIdentity()
+        self._transactional_id = transactional_id
+        self._txn = None if transactional_id is None else TransactionManager(
+            self.cluster, self._identity, transactional_id=transactional_id,
+            transaction_timeout_ms=transaction_timeout_ms,
+            retry_backoff_s=retry_backoff_ms / 1000, max_block_s=max_block_ms / 1000)
         self._pid_attempts = 0  # InitProducerId attempts so far (each retry asks another broker)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._acc: Accumulator | None = None
@@ -274,6 +294,9 @@ class Producer:
                                 new_future=loop.create_future, idempotent=self.idempotent,
                                 identity=self._identity,
                                 request_bytes_max=self._max_request_size)
+        if self._txn is not None:
+            self._acc.transactional = True
+            self._acc.may_send = self._txn.may_send
         self._open_acc = self._acc
         self._clock = loop.time
         self._memory_freed = asyncio.Event()
@@ -313,6 +336,17 @@ class Producer:
         with ProducerClosedError."""
         if self._closed:
             return
+        txn = self._txn
+        if txn is not None and self._acc is not None and txn.state in (
+                TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR, TxnState.ABORTING):
+            log.info("transactional id %s: aborting the open transaction at close",
+                     txn.transactional_id)
+            try:
+                await self.abort_transaction()
+            except KafkaError as exc:
+                log.warning("transactional id %s: the abort at close failed (the coordinator "
+                            "aborts it after transaction_timeout_ms): %s",
+                            txn.transactional_id, exc)
         self._closing = True
         self._open_acc = None
         acc = self._acc
@@ -330,6 +364,103 @@ class Producer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await self.cluster.close()
+
+    # ------------------------------------------------------------------------- transactions
+    async def init_transactions(self) -> None:
+        """Get the transactional id's producer id and a new epoch from its coordinator, which
+        fences every older producer with the same id and completes or aborts what it left
+        open. Once, before the first begin_transaction(); KafkaTimeoutError after max_block_ms
+        (call again to resume)."""
+        self._require_started()
+        await self._require_txn("init_transactions()").init()
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: records sent from now on are in it (no request is made)."""
+        self._require_txn("begin_transaction()").begin()
+
+    async def send_offsets_to_transaction(
+            self, offsets: Mapping[TopicPartition, int | tuple[int, int]],
+            group: str | Mapping[str, Any]) -> None:
+        """Commit a consumer group's offsets in the open transaction: they take effect if it
+        commits, and not at all if it aborts. offsets: partition -> offset, or (offset, leader
+        epoch) as Consumer.commit() takes them. group: the group id, or better the consumer's
+        `group_metadata()`, so that the group coordinator refuses the commit of a consumer that
+        is no longer the member it was (KIP-447: a zombie's)."""
+        txn = self._require_txn("send_offsets_to_transaction()")
+        self._require_started()
+        named = {TopicPartition(*tp): (v, -1) if isinstance(v, int) else (int(v[0]), int(v[1]))
+                 for tp, v in offsets.items()}
+        await txn.send_offsets(named, group)
+
+    async def commit_transaction(self) -> None:
+        """Send everything the transaction holds, wait for every answer, then commit it. If a
+        record failed, raises that error and the transaction must be aborted."""
+        txn = self._require_txn("commit_transaction()")
+        self._require_started()
+        if txn.state is TxnState.IN_TRANSACTION:
+            txn.state = TxnState.COMMITTING
+        elif txn.state is not TxnState.COMMITTING:  # COMMITTING: a commit that timed out
+            txn.raise_failure()
+            raise InvalidTxnStateError(f"commit_transaction() in state {txn.state.value}")
+        await self._settle_transaction(txn)
+        txn.raise_failure()  # a record or an added partition failed
+        await txn.end(commit=True)
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction: records not yet sent fail with TransactionAbortedError,
+        those sent are written but never read by read_committed consumers. The producer is ready
+        for the next transaction (after bumping its epoch, if a record's failure left a gap)."""
+        txn = self._require_txn("abort_transaction()")
+        self._require_started()
+        if txn.state in (TxnState.IN_TRANSACTION, TxnState.ABORTABLE_ERROR,
+                         TxnState.COMMITTING):
+            txn.state = TxnState.ABORTING
+        elif txn.state is not TxnState.ABORTING:  # ABORTING: an abort that timed out
+            txn.raise_failure()  # FATAL: its error
+            raise InvalidTxnStateError(f"abort_transaction() in state {txn.state.value}")
+        self._fail_unsent(TransactionAbortedError(
+            f"transactional id {txn.transactional_id}: the transaction was aborted"))
+        txn.pending.clear()
+        await self._settle_transaction(txn)
+        await txn.end(commit=False)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """`async with producer.transaction():` begins a transaction, commits it when the block
+        ends, and aborts it when the block raises (then the exception goes on). A commit that
+        fails because a record failed aborts too, and raises the record's error."""
+        self.begin_transaction()
+        txn = self._txn
+        assert txn is not None
+        try:
+            yield
+        except BaseException:
+            if txn.state is not TxnState.FATAL_ERROR:
+                await self.abort_transaction()
+            raise
+        try:
+            await self.commit_transaction()
+        except KafkaError:
+            if txn.state is TxnState.ABORTABLE_ERROR:
+                await self.abort_transaction()
+            raise
+
+    async def _settle_transaction(self, txn: TransactionManager) -> None:
+        """Until every batch is answered and no partition is waiting to be added."""
+        acc = self._require_started()
+        while True:
+            adding = txn.adding
+            if adding is not None:
+                await asyncio.shield(adding)
+                continue
+            if not any(True for _ in acc.pending()):
+                return
+            await self.flush()
+
+    def _require_txn(self, what: str) -> TransactionManager:
+        if self._txn is None:
+            raise InvalidTxnStateError(f"{what} needs a transactional_id")
+        return self._txn
 
     # ------------------------------------------------------------------------------ sending
     async def send(self, topic: str, value: Any = None, key: Any = None, *,
@@ -401,6 +532,12 @@ class Producer:
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
         pq = t.queues[partition]
+        txn = self._txn
+        if txn is not None:
+            txn.check_can_send()
+            if pq.tp not in txn.partitions and pq.tp not in txn.pending:
+                txn.pending.add(pq.tp)
+                self._wake()
         added = acc.append(pq, key, value, headers, timestamp_ms, self._clock)
         if added is None:
             return None
@@ -573,8 +710,11 @@ class Producer:
         while True:
             self._wakeup = loop.create_future()
             now = loop.time()
-            if self.idempotent and self._identity.producer_id < 0:
+            if self.idempotent and self._identity.producer_id < 0 and self._txn is None:
                 await self._init_producer_id()
+            txn = self._txn
+            if txn is not None and txn.pending and txn.adding is None:
+                txn.adding = loop.create_task(self._add_partitions(txn))
             for batch in acc.expired(now, self._delivery_timeout_s):
                 self._fail(batch, KafkaTimeoutError(
                     f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
@@ -598,7 +738,7 @@ class Producer:
             if self._topics and self._metadata_task is None:
                 due = self.cluster.update_due_in()
                 timeout = due if timeout is None else min(timeout, due)
-            if self.idempotent and self._identity.producer_id < 0:
+            if self.idempotent and self._identity.producer_id < 0 and self._txn is None:
                 timeout = self._retry_backoff_s
             timer = None if timeout is None else loop.call_later(max(timeout, 0.001), self._wake)
             try:
@@ -637,6 +777,28 @@ class Producer:
         self._identity.producer_epoch = answer.producer_epoch
         log.info("idempotent producer id %d epoch %d", answer.producer_id, answer.producer_epoch)
 
+    async def _add_partitions(self, txn: TransactionManager) -> None:
+        """AddPartitionsToTxn for the partitions written to since the last; their batches wait
+        for it. If it fails, those batches fail with its error (the transaction must abort)."""
+        try:
+            await txn.add_pending()
+        except KafkaError as exc:
+            self._fail_unsent(exc, txn.pending)
+            txn.pending.clear()
+        finally:
+            txn.adding = None
+            self._wake()
+
+    def _fail_unsent(self, exc: KafkaError, partitions: set[TopicPartition] | None = None
+                     ) -> None:
+        """Fail the batches not yet sent (of `partitions`, or all) with exc."""
+        acc = self._acc
+        assert acc is not None
+        for pq in list(acc.queues.values()):
+            if partitions is None or pq.tp in partitions:
+                for batch in [*([pq.open] if pq.open is not None else []), *pq.ready]:
+                    self._fail(batch, exc)
+
     async def _send_request(self, node: int, batches: list[Batch]) -> None:
         acc = self._acc
         loop = self._loop
@@ -645,7 +807,8 @@ class Producer:
         for b in batches:
             by_topic.setdefault(b.tp.topic, []).append(PartitionProduceData(
                 index=b.tp.partition, records=b.data, current_leader_epoch=b.leader_epoch))
-        request = ProduceRequest(acks=self._acks, timeout_ms=self._request_timeout_ms,
+        request = ProduceRequest(transactional_id=self._transactional_id,
+                                 acks=self._acks, timeout_ms=self._request_timeout_ms,
                                  topic_data=[TopicProduceData(name=name, partition_data=parts)
                                              for name, parts in by_topic.items()])
         self.produce_requests += 1
@@ -706,8 +869,13 @@ class Producer:
         elif code in _SEQUENCE_ERRORS and self.idempotent:
             # Java's rule: a gap right after what was acknowledged means the broker lost our
             # state: restart the sequence (epoch bump); otherwise an earlier batch is unresolved.
-            self._retry(b, exc, restart_sequence=acc.is_next_sequence(b)
-                        or code == E.UNKNOWN_PRODUCER_ID)
+            # In a transaction the batch fails instead: the transaction must abort, and the
+            # abort bumps the epoch at the coordinator (KIP-360).
+            restart = acc.is_next_sequence(b) or code == E.UNKNOWN_PRODUCER_ID
+            if restart and self._txn is not None:
+                self._fail(b, exc)
+            else:
+                self._retry(b, exc, restart_sequence=restart)
         elif exc.retriable:
             self._retry(b, exc)
         else:
@@ -765,6 +933,12 @@ class Producer:
         assert acc is not None and self._memory_freed is not None
         acc.failed(b, exc)
         self._memory_freed.set()
+        txn = self._txn
+        if txn is not None:
+            if b.base_sequence >= 0:
+                txn.bump_needed = True  # its sequence numbers were used: a gap now
+            if not isinstance(exc, TransactionAbortedError):
+                txn.failed(exc)
 
     # ------------------------------------------------------------------------------ misc
     def _require_started(self) -> Accumulator:
@@ -783,7 +957,9 @@ class Producer:
                 "produce_requests_total": self.produce_requests,
                 "produce_request_bytes_max": self.request_bytes_max_seen,
                 "batch_splits_total": self.batch_splits,
-                "buffer_bytes_used": acc.used_bytes if acc is not None else 0}
+                "buffer_bytes_used": acc.used_bytes if acc is not None else 0,
+                "transactions_committed_total": self._txn.commits if self._txn else 0,
+                "transactions_aborted_total": self._txn.aborts if self._txn else 0}
 
 
 def _parse_acks(acks: str | int) -> int:
