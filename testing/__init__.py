@@ -19,7 +19,9 @@ In pytest, the `epochlog_cluster` fixture (plugin.py, registered through the dis
 pytest11 entry point) makes clusters and tears them down after the test, and the session fails
 if any epochlog process outlives it (guard.py). `History` records what clients did (sends with
 their acknowledgements, polls, commits, rebalances, reported truncations) and the faults applied;
-`check(history)` returns the anomalies found, named as in Jepsen's Kafka workload. Recording
+`check(history)` returns the anomalies found, named as in Jepsen's Kafka workload, and
+`check_transactions(history)` those of transactions (aborted and uncommitted reads, committed
+transactions not wholly visible, a pipeline's records processed twice or never). Recording
 adapters for epochlog's own client, confluent-kafka, kafka-python and aiokafka are in
 `adapter_ours`, `adapter_confluent`, `adapter_kafka_python` and `adapter_aiokafka`; `hooks`
 installs test-only request hooks on a broker started with `request_hooks_listen`. `traffic`
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     from .history import HistoryLimits as HistoryLimits
     from .requests import WaitTimeout as WaitTimeout
     from .requests import until as until
+    from .txn_checker import Pipeline as Pipeline
+    from .txn_checker import check_transactions as check_transactions
 
 _NAMES = {
     **{name: "epochlog.testing.cluster" for name in (
@@ -63,6 +67,7 @@ _NAMES = {
     **{name: "epochlog.testing.history" for name in (
         "History", "HistoryLimitError", "HistoryLimits")},
     **{name: "epochlog.testing.requests" for name in ("WaitTimeout", "until")},
+    **{name: "epochlog.testing.txn_checker" for name in ("Pipeline", "check_transactions")},
 }
 
 __all__ = sorted(_NAMES)

@@ -29,7 +29,7 @@ it does not change. What is recorded:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from epochlog.client import (
@@ -44,6 +44,7 @@ from epochlog.client import (
 from epochlog.client import (
     Producer as _Producer,
 )
+from epochlog.client.consumer import READ_COMMITTED
 from epochlog.client.types import ConsumerRecord
 
 from .history import History, Polled, Send
@@ -55,6 +56,8 @@ class Producer(_Producer):
         super().__init__(*args, **kwargs)
         self.history = history
         self.name = name or history.new_name("ours-producer")
+        self.transactional_id: str | None = kwargs.get("transactional_id")
+        self._txn_name: str | None = None  # the open transaction's, while one is open
 
     async def send(self, topic: str, value: Any = None, key: Any = None, *,
                    headers: Any = None, partition: int | None = None,
@@ -84,7 +87,33 @@ class Producer(_Producer):
 
     def _started(self, topic: str, value: Any, key: Any, partition: int | None) -> Send:
         value, key = self._serialize(value, key)
-        return self.history.send_started(self.name, topic, value, key, partition)
+        return self.history.send_started(self.name, topic, value, key, partition,
+                                         self._txn_name)
+
+    # ---- transactions: each send names its transaction; each commit and abort is a Txn op
+    def begin_transaction(self) -> None:
+        super().begin_transaction()
+        self._txn_name = self.history.new_name(f"{self.name}-txn")
+
+    async def commit_transaction(self) -> None:
+        await self._ending("commit", super().commit_transaction)
+
+    async def abort_transaction(self) -> None:
+        await self._ending("abort", super().abort_transaction)
+
+    async def _ending(self, wanted: Any, call: Callable[[], Awaitable[None]]) -> None:
+        name = self._txn_name
+        if name is None:  # no transaction of ours open: the call raises, nothing to record
+            await call()
+            return
+        op = self.history.txn_ending(self.name, name, self.transactional_id or "", wanted)
+        try:
+            await call()
+        except BaseException as exc:
+            self.history.txn_ended(op, exc)
+            raise
+        self.history.txn_ended(op)
+        self._txn_name = None
 
     def _delivered(self, op: Send, delivery: DeliveryFuture) -> None:
         try:
@@ -168,7 +197,8 @@ class Consumer(_Consumer):
         self.history.record_poll(self.name, [
             Polled(topic=r.topic, partition=r.partition, offset=r.offset,
                    leader_epoch=r.leader_epoch if r.leader_epoch >= 0 else None, key=r.key,
-                   value=r.value) for r in records], self.group)
+                   value=r.value) for r in records], self.group,
+            read_committed=self.isolation_level == READ_COMMITTED)
         for r in records:
             self._next[r.topic_partition] = r.offset + 1
 

@@ -38,21 +38,24 @@ saved history can be checked again.
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
 
-HISTORY_FORMAT_VERSION = 1
+HISTORY_FORMAT_VERSION = 2  # 2: transactions (Txn ops, Send.txn, Poll.read_committed)
+FORMAT_VERSIONS_READ = (1, 2)  # version 1 is version 2 without them
 LINE_BYTES_MAX = 64 << 20  # one saved op (a poll of many large records) at most this long
 
 TopicPartitionPair = tuple[str, int]
 RebalanceChange = Literal["assigned", "revoked", "lost"]
 TruncationHow = Literal["error", "reset", "seek"]
+TxnOutcome = Literal["commit", "abort"]
 
 
 class HistoryLimitError(RuntimeError):
@@ -78,6 +81,7 @@ class Send(Op, tag="send"):
     offset: int | None = None
     leader_epoch: int | None = None
     error: str | None = None
+    txn: str | None = None  # the transaction it was sent in (a Txn op's name), if any
 
     @property
     def acked(self) -> bool:
@@ -99,6 +103,7 @@ class Poll(Op, tag="poll"):
     client: str
     group: str | None
     records: list[Polled]
+    read_committed: bool = False  # by a consumer with isolation_level="read_committed"
 
 
 class Committed(msgspec.Struct, kw_only=True, gc=False, array_like=True):
@@ -153,7 +158,23 @@ class LossExpected(Op, tag="loss-expected"):
     reason: str
 
 
-AnyOp = Send | Poll | Commit | Rebalance | Truncation | Fault | LossExpected
+class Txn(Op, tag="txn"):
+    """A transaction's end: recorded when the application asks to commit or abort it
+    (`start_ms`, `start_wall_ms`), completed with the outcome: `outcome` "commit" or "abort"
+    once the producer said it succeeded, None while unknown (the call failed or never returned:
+    the final log says which it was); `error` what the call raised."""
+
+    client: str
+    txn: str  # unique in the history; the sends of the transaction name it
+    transactional_id: str
+    wanted: TxnOutcome
+    start_ms: float
+    start_wall_ms: int
+    outcome: TxnOutcome | None = None
+    error: str | None = None
+
+
+AnyOp = Send | Poll | Commit | Rebalance | Truncation | Fault | LossExpected | Txn
 
 
 class Header(msgspec.Struct, kw_only=True, tag_field="type", tag="history"):
@@ -172,12 +193,13 @@ class HistoryLimits:
     rebalances_max: int = 100_000
     truncations_max: int = 100_000
     faults_max: int = 100_000
+    transactions_max: int = 500_000
 
 
 _LIMIT_OF: dict[type[Op], str] = {
     Send: "sends_max", Poll: "polled_records_max", Commit: "commits_max",
     Rebalance: "rebalances_max", Truncation: "truncations_max", Fault: "faults_max",
-    LossExpected: "faults_max",
+    LossExpected: "faults_max", Txn: "transactions_max",
 }
 _ENCODER = msgspec.json.Encoder()
 _OP_DECODER = msgspec.json.Decoder(AnyOp)
@@ -235,7 +257,7 @@ class History:
 
     # ------------------------------------------------------------------------------ sends
     def send_started(self, client: str, topic: str, value: Any, key: Any = None,
-                     partition: int | None = None) -> Send:
+                     partition: int | None = None, txn: str | None = None) -> Send:
         """The application asked for one send; complete the returned op with send_acked or
         send_failed when the producer says how it went."""
         value_bytes, key_bytes = as_bytes(value), as_bytes(key, "key")
@@ -243,7 +265,7 @@ class History:
             now = self._now_ms()
             op = Send(t_ms=None, wall_ms=self._wall_ms(), client=client, topic=topic,
                       partition=partition if partition is not None and partition >= 0 else None,
-                      key=key_bytes, value=value_bytes, start_ms=now)
+                      key=key_bytes, value=value_bytes, start_ms=now, txn=txn)
             self._append(op, 1)
         return op
 
@@ -263,16 +285,41 @@ class History:
                 op.partition = partition
             op.error = error_text(error)
 
+    # ------------------------------------------------------------------------- transactions
+    def txn_ending(self, client: str, txn: str, transactional_id: str,
+                   wanted: TxnOutcome) -> Txn:
+        """The application asked to commit or abort transaction `txn`; complete the returned op
+        with txn_ended."""
+        if wanted not in ("commit", "abort"):
+            raise ValueError(f"wanted must be commit or abort, not {wanted!r}")
+        with self._lock:
+            now, wall = self._now_ms(), self._wall_ms()
+            op = Txn(t_ms=None, wall_ms=wall, client=client, txn=txn,
+                     transactional_id=transactional_id, wanted=wanted, start_ms=now,
+                     start_wall_ms=wall)
+            self._append(op, 1)
+        return op
+
+    def txn_ended(self, op: Txn, error: BaseException | str | None = None) -> None:
+        """The commit or abort returned (error None) or raised error (outcome unknown)."""
+        with self._lock:
+            op.t_ms, op.wall_ms = self._now_ms(), self._wall_ms()
+            if error is None:
+                op.outcome = op.wanted
+            else:
+                op.error = error_text(error)
+
     # ------------------------------------------------------------------------------ consumers
-    def record_poll(self, client: str, records: Iterable[Polled], group: str | None = None
-                    ) -> None:
+    def record_poll(self, client: str, records: Iterable[Polled], group: str | None = None,
+                    read_committed: bool = False) -> None:
         """The records one poll handed to the application (an empty poll is not recorded)."""
         batch = list(records)
         if not batch:
             return
         with self._lock:
             self._append(Poll(t_ms=self._now_ms(), wall_ms=self._wall_ms(), client=client,
-                              group=group, records=batch), len(batch))
+                              group=group, records=batch, read_committed=read_committed),
+                         len(batch))
 
     def record_commit(self, client: str,
                       offsets: Mapping[TopicPartitionPair, tuple[int, int | None]],
@@ -358,9 +405,9 @@ class History:
                 try:
                     if number == 1:
                         header = _HEADER_DECODER.decode(line)
-                        if header.version != HISTORY_FORMAT_VERSION:
+                        if header.version not in FORMAT_VERSIONS_READ:
                             raise ValueError(f"format version {header.version}, this reader "
-                                             f"knows {HISTORY_FORMAT_VERSION}")
+                                             f"knows {FORMAT_VERSIONS_READ}")
                         history.started_wall_ms = header.started_wall_ms
                         history.incomplete = header.incomplete
                         continue
@@ -370,6 +417,39 @@ class History:
                 with history._lock:
                     history._append(op, len(op.records) if isinstance(op, Poll) else 1)
         return history
+
+    @classmethod
+    def merged(cls, histories: Iterable[History], limits: HistoryLimits | None = None
+               ) -> History:
+        """One history of several recorded apart (each worker process records its own): their
+        ops in wall-clock order, each op's times moved onto the earliest history's start (the
+        histories share the machine's clock; their monotonic clocks may not). Incomplete if
+        any of them is."""
+        parts = list(histories)
+        out = cls(limits)
+        if not parts:
+            return out
+        out.started_wall_ms = min(h.started_wall_ms for h in parts)
+        out.incomplete = next((h.incomplete for h in parts if h.incomplete), None)
+
+        def shifted(h: History) -> Iterator[tuple[float, AnyOp]]:
+            """h's ops in h's order, keyed by when each was recorded (on the merged clock)."""
+            shift = h.started_wall_ms - out.started_wall_ms
+            for op in h.ops:
+                op = msgspec.structs.replace(op)
+                if op.t_ms is not None:
+                    op.t_ms += shift
+                if isinstance(op, Send | Txn):
+                    op.start_ms += shift
+                    yield op.start_ms, op
+                else:
+                    yield float(op.wall_ms - out.started_wall_ms), op
+
+        # heapq.merge keeps each history's own order (an op is taken only after the one before)
+        with out._lock:
+            for _, op in heapq.merge(*(shifted(h) for h in parts), key=lambda kv: kv[0]):
+                out._append(op, len(op.records) if isinstance(op, Poll) else 1)
+        return out
 
     # ------------------------------------------------------------------------------ inside
     def _now_ms(self) -> float:
