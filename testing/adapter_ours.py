@@ -91,6 +91,11 @@ class Producer(_Producer):
                                          self._txn_name)
 
     # ---- transactions: each send names its transaction; each commit and abort is a Txn op
+    @property
+    def transaction_name(self) -> str | None:
+        """The open transaction's name in the history (None when none is open)."""
+        return self._txn_name
+
     def begin_transaction(self) -> None:
         super().begin_transaction()
         self._txn_name = self.history.new_name(f"{self.name}-txn")
