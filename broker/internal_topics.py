@@ -33,8 +33,8 @@ from epochlog.protocol.records import Record, build_batch, decode_batches
 
 from .broker_app import controller_of, replicas_of
 from .controller_link import ControllerUnavailable
-from .handlers.produce import replication_error
 from .partition import Partition
+from .replication_wait import replication_error
 from .storage import StorageError
 
 if TYPE_CHECKING:

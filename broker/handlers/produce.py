@@ -34,15 +34,14 @@ min.insync.replicas (the topic's, Kafka's exact rules; acks 0 and 1 are unaffect
   request waited, the records are in the log but fewer replicas than asked for hold them.
 
 The decisions are plain functions a simulation calls without an event loop: `append` (one
-partition, returns what to wait for) and `replication_error` (None while still waiting); the
-handler adds only the wait.
+partition, returns what to wait for) and replication_wait.py's `replication_error` (None while
+still waiting); the handler adds only the wait.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.produce import (
@@ -57,6 +56,7 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from ..broker_app import replicas_of
 from ..partition import Partition
+from ..replication_wait import wait_for_replication
 from ..storage import StorageError
 from . import register
 from ._partitions import leader
@@ -166,43 +166,6 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     if request.acks == -1 and waits:
         await wait_for_replication(app, waits, request.timeout_ms)
     return ProduceResponse(responses=topics)
-
-
-def _still_leading(app: BrokerApp, partition: Partition, epoch: int) -> bool:
-    return (replicas_of(app).get(partition.topic, partition.index) is partition
-            and partition.is_leader and partition.leader_epoch == epoch)
-
-
-def replication_error(app: BrokerApp, partition: Partition, epoch: int,
-                      last_offset: int) -> int | None:
-    """acks=all for one appended partition: None while waiting, else the answer's error code
-    (Kafka's checkEnoughReplicasReachOffset)."""
-    leading = _still_leading(app, partition, epoch)
-    if partition.high_watermark > last_offset:
-        # Committed by the ISR, whatever happened to our leadership since; while we lead, the
-        # ISR it was committed by must still be big enough.
-        if leading and len(partition.maximal_isr) < partition.min_insync_replicas:
-            return E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        return 0
-    return None if leading else E.NOT_LEADER_OR_FOLLOWER
-
-
-class _Answer(Protocol):
-    error_code: int
-
-
-async def wait_for_replication(app: BrokerApp, waits: Sequence[tuple[_Answer, Partition, int, int]],
-                               timeout_ms: int) -> None:
-    """acks=all: until every appended partition's high watermark passes its last offset; then
-    each (answer, partition, leader epoch, last offset) gets its error code (0 if committed).
-    Produce and WriteTxnMarkers wait this way."""
-    await replicas_of(app).produce_purgatory.wait_until(
-        [(p.topic, p.index) for _, p, _, _ in waits],
-        lambda: all(replication_error(app, p, epoch, last) is not None
-                    for _, p, epoch, last in waits), timeout_ms)
-    for answer, p, epoch, last in waits:
-        error = replication_error(app, p, epoch, last)
-        answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
 
 
 register(ApiKey.PRODUCE, 3, 9, handle)

@@ -31,10 +31,10 @@ from epochlog.protocol.error_codes import ErrorCode
 from ..broker_app import groups_of, replicas_of
 from ..groups.coordinator import OFFSETS_TOPIC, wall_clock_ms
 from ..partition import Partition
+from ..replication_wait import wait_for_replication
 from ..storage import StorageError
 from . import register
 from ._partitions import leader
-from .produce import wait_for_replication
 
 if TYPE_CHECKING:
     from ..server import RequestContext

@@ -19,10 +19,10 @@ from types import SimpleNamespace
 import pytest
 
 from epochlog.broker.handlers.produce import append as produce_append
-from epochlog.broker.handlers.produce import replication_error
 from epochlog.broker.isr import IsrManager, IsrProposal
 from epochlog.broker.partition import Partition, PartitionState
 from epochlog.broker.replicas import ReplicaManager
+from epochlog.broker.replication_wait import replication_error
 from epochlog.broker.storage import Log, LogConfig, LogManager
 from epochlog.protocol.apis.produce import PartitionProduceData
 from epochlog.protocol.error_codes import ErrorCode as E

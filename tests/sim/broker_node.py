@@ -9,7 +9,8 @@ What is real:
   through `ReplicaManager.partition_listeners` exactly as fetcher.py's `on_partition` does;
 - ISR changes: `isr.IsrManager`, with isr_task.py's `build_request` / `apply_answer`;
 - the serving decisions: fetch.py's `begin` / `read` / `finish` / `positions`,
-  offset_for_leader_epoch.py's `answer`, produce.py's `append` / `replication_error`.
+  offset_for_leader_epoch.py's `answer`, produce.py's `append`, replication_wait.py's
+  `replication_error`.
 What is mirrored because the real code is asyncio:
 - the controller link (controller_link.py): register with an incarnation id (the answer confirms
   the generation: `ControlEpochs.registration_answered`), heartbeat on the same connection, which
@@ -62,6 +63,7 @@ from epochlog.broker.metadata_cache import MetadataCache
 from epochlog.broker.partition import Partition, PartitionState, Role
 from epochlog.broker.replica_selector import selector_for
 from epochlog.broker.replicas import ReplicaManager
+from epochlog.broker.replication_wait import replication_error
 from epochlog.broker.storage import LogConfig, LogManager
 from epochlog.broker.topic_configs import settings_from
 from epochlog.protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
@@ -522,9 +524,9 @@ class BrokerNode(Node):
         pass
 
     def _try_settle(self, pending: _PendingProduce, final: bool) -> bool:
-        """produce._wait_for_replication: done when every partition has its answer
+        """replication_wait.wait_for_replication: done when every partition has its answer
         (replication_error not None); at the deadline the rest are REQUEST_TIMED_OUT."""
-        errors = [produce_handler.replication_error(self, p, epoch, last)
+        errors = [replication_error(self, p, epoch, last)
                   for _, p, epoch, last in pending.waits]
         if not final and any(e is None for e in errors):
             return False
