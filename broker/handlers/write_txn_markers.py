@@ -10,6 +10,11 @@ then). A partition we do not lead is NOT_LEADER_OR_FOLLOWER, one nobody knows
 UNKNOWN_TOPIC_OR_PARTITION; an ISR below min.insync.replicas NOT_ENOUGH_REPLICAS. The coordinator
 retries what failed. A replicated marker in a `__consumer_offsets` partition also tells its
 group coordinator to apply or drop the transaction's offsets (TxnOffsetCommit).
+
+Only brokers send it: where the broker has an INTERNAL listener (the one coordinators use), a
+WriteTxnMarkers arriving on another is refused whole with CLUSTER_AUTHORIZATION_FAILED, as Kafka
+answers a principal without the CLUSTER_ACTION right (a client could otherwise commit or abort
+someone else's transaction). With one listener for everything, the epochs are the only check.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode
 
 from ..broker_app import groups_of, replicas_of
+from ..config import INTERNAL_LISTENER
 from ..groups.coordinator import OFFSETS_TOPIC, wall_clock_ms
 from ..partition import Partition
 from ..replication_wait import wait_for_replication
@@ -46,6 +52,8 @@ MARKER_TIMEOUT_MS = 30_000
 async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
                  ) -> WriteTxnMarkersResponse:
     app = ctx.app
+    if INTERNAL_LISTENER in app.listeners and ctx.listener != INTERNAL_LISTENER:
+        return _refused(request, E.CLUSTER_AUTHORIZATION_FAILED)
     results: list[WritableTxnMarkerResult] = []
     waits: list[tuple[WritableTxnMarkerPartitionResult, Partition, int, int]] = []
     for marker in request.markers:
@@ -70,6 +78,15 @@ async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
                         groups_of(app).txn_marker(p_result.partition_index, marker.producer_id,
                                                   marker.transaction_result)
     return WriteTxnMarkersResponse(markers=results)
+
+
+def _refused(request: WriteTxnMarkersRequest, code: int) -> WriteTxnMarkersResponse:
+    return WriteTxnMarkersResponse(markers=[WritableTxnMarkerResult(
+        producer_id=m.producer_id, topics=[WritableTxnMarkerTopicResult(
+            name=t.name, partitions=[WritableTxnMarkerPartitionResult(partition_index=i,
+                                                                      error_code=code)
+                                     for i in t.partition_indexes])
+            for t in m.topics]) for m in request.markers])
 
 
 def _append(ctx: RequestContext, marker: WritableTxnMarker, topic: str, index: int,
