@@ -286,7 +286,10 @@ def _read_one(app: BrokerApp, plan: Plan, client: ClientView, topic: str, p: Fet
         return data, as_follower, True
     if plan.read_committed:
         _read_records(partition, p, data, data.last_stable_offset, budget, min_one)
-        data.aborted_transactions = _aborted(partition, p.fetch_offset, data)
+        try:
+            data.aborted_transactions = _aborted(partition, p.fetch_offset, data)
+        except StorageError as exc:  # never records without the list of what to drop
+            data.error_code, data.records = exc.error_code, None
     else:
         _read_records(partition, p, data, partition.high_watermark, budget, min_one)
     return data, as_follower, data.error_code != 0  # a storage error is answered at once
@@ -302,7 +305,7 @@ def _aborted(partition: Partition, fetch_offset: int, data: PartitionData
     for _, header in iter_headers(data.records):
         end = header.next_offset
     return [AbortedTransaction(producer_id=a.producer_id, first_offset=a.first_offset)
-            for a in partition.log.producer_state.aborted_in(fetch_offset, end)]
+            for a in partition.log.aborted_in(fetch_offset, end)]
 
 
 def _read_for_replica(app: BrokerApp, plan: Plan, partition: Partition, p: FetchPartition,

@@ -22,7 +22,10 @@ One pass, `CleanJob.run`, runs off the event loop on descriptors of its own:
    map holds a later offset for its key, or it is a tombstone whose delete horizon has passed;
    records without a key and control batches are kept; the records of aborted transactions
    (storage's producer state lists them) neither enter the map nor stay, as in Kafka, so they
-   never hide a committed value. Every record keeps its offset; a batch
+   never hide a committed value (the log's .txnindex files list them). Control batches (the
+   markers) are always kept, so the cleaned segment's `.txnindex.cleaned` holds the entries of
+   the segments it replaces, in order: every marker stays in the segment covering its offset.
+   Every record keeps its offset; a batch
    keeps its base offset, last offset delta (so the batch's last offset, the producer's sequence
    range and the log end stay right), leader epoch and producer fields, and is re-encoded with its
    codec only if a record went (untouched batches are copied byte for byte). A batch left empty
@@ -76,11 +79,12 @@ from epochlog.protocol.varint import encode_varint
 
 from .checkpoints import TopicPartition, read_offsets, write_offsets
 from .config import LogConfig
-from .errors import CorruptCheckpoint
+from .errors import CorruptCheckpoint, CorruptLog
 from .log import Log
 from .log_manager import LogManager
 from .segment import RELATIVE_OFFSET_MAX, Segment
 from .segment_swap import CLEANED_SUFFIX, remove_cleaned
+from .txn_index import AbortedTxn
 
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 DELETE_HORIZON_MASK = 0x40  # KIP-534: base_timestamp holds the delete horizon
@@ -148,6 +152,7 @@ class SegmentView:
     next_offset: int
     size_bytes: int
     fd: int
+    aborted_here: list[AbortedTxn] = field(default_factory=list)  # its .txnindex entries
 
 
 @dataclass
@@ -312,6 +317,10 @@ class CleanJob:
                         pending, pending_bytes = [], 0
             _append(out, pending)
             assert out.next_offset == end, f"cleaned {base} ends at {out.next_offset}, not {end}"
+            out.txn_index.create()
+            for view in group:
+                for txn in view.aborted_here:
+                    out.txn_index.append(txn)
             out.on_roll()
             out.flush()
             size = out.size_bytes
@@ -491,13 +500,21 @@ class LogCleaner:
         if best is None:
             return None
         _, tp, target, cleanable, first_dirty = best
-        views = [SegmentView(s, s.base_offset, s.next_offset, s.size_bytes, os.dup(s._fd))
-                 for s in cleanable]
+        try:
+            here = [list(s.txn_index.entries()) for s in cleanable]
+            aborted_txns = target.aborted_in(cleanable[0].base_offset, cleanable[-1].next_offset)
+        except (OSError, CorruptLog) as exc:
+            self.failed_at_ms[tp] = now_ms
+            log.warning("%s: cannot read its aborted transactions (%s); not cleaned for %d ms",
+                        target.directory, exc, FAILED_BACKOFF_MS)
+            return None
+        views = [SegmentView(s, s.base_offset, s.next_offset, s.size_bytes, os.dup(s._fd),
+                             entries) for s, entries in zip(cleanable, here, strict=True)]
         producer_last = {pid: entry.batches[-1].last_offset
                          for pid, entry in target.producer_state.producers.items()
                          if entry.batches}
         aborted: dict[int, list[tuple[int, int]]] = {}
-        for a in target.producer_state.aborted:
+        for a in aborted_txns:
             aborted.setdefault(a.producer_id, []).append((a.first_offset, a.last_offset))
         return CleanJob(tp, target, views, first_dirty, producer_last, now_ms, self.settings,
                         aborted)

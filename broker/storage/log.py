@@ -27,7 +27,23 @@ are written atomically before the call that made them returns.
 Opening. After a clean shutdown segments are loaded and their indexes checked; after a crash every
 segment holding offsets at or past the recovery point is recovered (every batch CRC-checked, the
 torn or corrupt tail cut, the indexes rebuilt, later segments dropped), then the epoch cache loses
-entries beyond the log end (KIP-101 "Unclean Shutdown"). Producer state is rebuilt from the batches.
+entries beyond the log end (KIP-101 "Unclean Shutdown").
+
+Producer state (producer_state.py) and the aborted transactions' .txnindex files (txn_index.py).
+The state is loaded from the newest producer snapshot (producer_snapshots.py) in [log start, S]
+and the batches from the snapshot on are replayed; S is the log end after a clean shutdown and
+after a truncation, the recovery point after a crash (what lies past it was recovered, and the
+.txnindex entries there may be missing). Replaying re-derives the .txnindex entries of every ABORT
+marker met, so the entries from the snapshot's offset on are dropped first. No usable snapshot, or
+a .txnindex found damaged in a segment below it: the replay starts at the log start (S is
+lowered to the damaged segment's base). Snapshots are taken at each roll and at close, the newest
+SNAPSHOTS_KEPT_MAX kept; those above a truncation point and below the log start are deleted.
+`producer_batches_replayed` counts what the last rebuild read. Transactions ended by a marker
+not yet below the high watermark are not in a snapshot (as in Kafka), so after a restart the last
+stable offset may move past them at once: the aborted ones are in the .txnindex, so
+read_committed consumers still drop their records, and a commit is final.
+`aborted_in` (read_committed fetches) reads the .txnindex files, not memory: the aborted list
+costs memory only per segment (four numbers), however many transactions were aborted.
 
 The core is synchronous and reads time only through the injected `clock` (ms).
 """
@@ -68,10 +84,12 @@ from .errors import (
     RecordTooLarge,
     StorageError,
 )
+from .producer_snapshots import ProducerSnapshots
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
 from .segment_swap import complete_interrupted_swaps, remove_cleaned, swap_in
 from .truncations import Truncations
+from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
@@ -139,6 +157,8 @@ class Log:
         self.high_watermark = 0
         self.epoch_cache = LeaderEpochCache(None)
         self.producer_state = ProducerStateManager()
+        self.snapshots = ProducerSnapshots(directory)
+        self.producer_batches_replayed = 0  # by the last rebuild of the producer state
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
         self._dir_dirty = False
@@ -169,7 +189,8 @@ class Log:
         recovered = self._load_segments(recovery_point, log_start_offset, clean_shutdown, swapped)
         self.log_start_offset = min(max(log_start_offset, self._bases[0]), self.log_end_offset)
         self._load_epoch_cache()
-        self._load_producer_state()
+        self._load_producer_state(self.log_end_offset if clean_shutdown
+                                  else min(recovery_point, self.log_end_offset))
         self.high_watermark = min(max(high_watermark, self.log_start_offset), self.log_end_offset)
         self.recovery_point = min(recovery_point, self.log_end_offset)
         if recovered or not clean_shutdown:
@@ -179,8 +200,9 @@ class Log:
                  "clean" if clean_shutdown else f"recovered from offset {recovery_point}")
         return self
 
-    def _load_producer_state(self) -> None:
-        """Producer state from every batch header. After a clean shutdown the segments were
+    def _load_producer_state(self, snapshot_max: int) -> None:
+        """Producer state from the newest snapshot at or below snapshot_max and the batch
+        headers after it (see the module notes). After a clean shutdown the segments were
         trusted as far as their indexes go, so this scan may be the first to reach a damaged
         header: the log is cut there, as recovery cuts at a bad batch (a cut below the
         checkpointed high watermark makes the data dir start this replica offline, to be
@@ -188,7 +210,7 @@ class Log:
         with it the whole broker."""
         why = "the open found a batch header that does not parse"
         try:
-            self.producer_state.update_all(self._producer_batches_from(self.log_start_offset))
+            self._rebuild_producer_state(snapshot_max)
             return
         except CorruptLog as exc:
             problem = exc
@@ -208,12 +230,51 @@ class Log:
         self._note_committed_cut(self.log_start_offset, why)
         self.truncate_fully_and_start_at(self.log_start_offset)
 
+    def _rebuild_producer_state(self, snapshot_max: int) -> None:
+        """See the module notes, "Producer state". CorruptLog if a batch header does not parse
+        (the state and .txnindex entries are then those of the batches before it)."""
+        damaged = [s.base_offset for s in self._segments if s.txn_index_problem is not None]
+        snapshot_max = min(snapshot_max, self.log_end_offset, *damaged)
+        if self.snapshots.delete_outside(self.log_start_offset, snapshot_max):
+            self._dir_dirty = True
+        found = self.snapshots.load_latest(self.log_start_offset, snapshot_max)
+        start = self.log_start_offset
+        if found is None:
+            self.producer_state.clear()
+        else:
+            start = found[0]
+            self.producer_state.load(found[1])
+        for segment in self._segments:
+            segment.txn_index.truncate_to(start)
+            segment.txn_index_problem = None
+        replayed = 0
+        for segment, header, marker in self._producer_batches_from(start):
+            aborted = self.producer_state.update(header, marker)
+            if aborted is not None:
+                segment.txn_index.append(aborted)
+            replayed += 1
+        self.producer_batches_replayed = replayed
+        log.info("%s: producer state %s, %d batches replayed", self.directory,
+                 "from scratch" if found is None else f"from the snapshot at offset {start}",
+                 replayed)
+
+    def _take_snapshot(self, *, sync: bool) -> None:
+        """A producer snapshot at the log end; a disk that refuses it costs only a longer replay
+        at the next open."""
+        try:
+            self.snapshots.write(self.log_end_offset, self.producer_state.producers, sync=sync)
+        except OSError as exc:
+            log.warning("%s: could not write a producer snapshot at offset %d: %s",
+                        self.directory, self.log_end_offset, exc.strerror or exc)
+            return
+        self._dir_dirty = self._dir_dirty or not sync
+
     def _remove_strays(self) -> None:
         names = os.listdir(self.directory)
         logs = {n[:-len(LOG_SUFFIX)] for n in names if n.endswith(LOG_SUFFIX)}
         for name in names:
             stem, _, _ = name.partition(".")
-            orphan_index = (name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX))
+            orphan_index = (name.endswith((INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX))
                             and stem not in logs)
             if name.endswith(STRAY_SUFFIXES) or orphan_index:
                 log.info("%s: removing stray file %s", self.directory, name)
@@ -275,6 +336,9 @@ class Log:
         self.epoch_cache.truncate_from_start(self.log_start_offset)
 
     def close(self) -> None:
+        """Close the files, with a producer snapshot at the log end (fsynced: after a clean
+        shutdown the next open reads it and replays nothing)."""
+        self._take_snapshot(sync=True)
         for segment in self._segments:
             segment.close()
 
@@ -424,7 +488,9 @@ class Log:
             self.disk.succeeded()
         for pos, header in stamped:
             marker = _marker_of(buf, pos, header) if header.is_control else None
-            self.producer_state.update(header, marker)
+            aborted = self.producer_state.update(header, marker)
+            if aborted is not None:  # never fails: kept in memory until the file takes it
+                self.active_segment.txn_index.append(aborted)
             self._unflushed_messages += header.record_count
         if self.auto_flush and self.flush_due():
             with contextlib.suppress(DiskWriteFailed):  # the batches are in: a flush comes again
@@ -465,6 +531,7 @@ class Log:
             self._bases.pop()
         else:
             old.on_roll()
+            self._take_snapshot(sync=False)  # fsynced by the next flush
         segment = self._add_segment(base)
         log.info("%s: rolled a new segment at offset %d (%s)", self.directory, base, reason)
         return segment
@@ -549,6 +616,7 @@ class Log:
             for fd in fds:
                 os.close(fd)
             raise self.write_failed(f"index entries to {self.directory}", exc) from None
+        fds.extend(self.snapshots.take_unsynced())
         dirs = [self.directory] if self._dir_dirty else []
         self._dir_dirty = False
         self._unflushed_messages = 0
@@ -621,15 +689,40 @@ class Log:
         # a producer may claim a max timestamp no record has: answer the batch, as Kafka would
         return max(header.base_offset, self.log_start_offset), header.max_timestamp
 
+    def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
+        """The aborted transactions holding offsets in [start, end), from the .txnindex files
+        of the segment holding start and the later ones, as Kafka walks them: until an entry
+        says that every transaction starting below end had ended (its last stable offset), or
+        the log's end. Segments whose entries cannot hold such offsets are skipped unread.
+        CorruptLog if a .txnindex cannot be read (its entries are never guessed)."""
+        found: list[AbortedTxn] = []
+        first = max(bisect.bisect_right(self._bases, start) - 1, 0)
+        for segment in self._segments[first:]:
+            index = segment.txn_index
+            if index.last_offset >= start and index.first_offset_min < end:
+                try:
+                    txns, complete = index.collect(start, end)
+                except OSError as exc:
+                    raise CorruptLog(f"{index.path}: cannot be read: {exc}") from None
+                found += txns
+                if complete:
+                    break
+            elif index.last_stable_offset_max >= end:
+                break
+        return found
+
     def _producer_batches_from(self, offset: int
-                               ) -> Iterator[tuple[BatchHeader, Marker | None]]:
-        """(header, marker of a control batch) of the batches whose last offset is at or above
-        offset: what the producer state is rebuilt from. A control batch whose marker does not
-        read is taken as ending nothing (its CRC is checked when it is read for a client)."""
-        for segment in self._segments:
+                               ) -> Iterator[tuple[Segment, BatchHeader, Marker | None]]:
+        """(segment, header, marker of a control batch) of the batches whose last offset is at
+        or above offset: what the producer state is rebuilt from. A control batch whose marker
+        does not read is taken as ending nothing (its CRC is checked when it is read for a
+        client)."""
+        start = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        for segment in self._segments[start:]:
             if segment.next_offset <= offset:
                 continue
-            for pos, header in segment.headers():
+            position, cut = _replay_position(segment, offset)
+            for pos, header in segment.headers(position, cut):
                 if header.last_offset < offset:
                     continue
                 marker = None
@@ -639,7 +732,7 @@ class Log:
                     except CorruptBatch:
                         log.warning("%s: the control batch at offset %d holds no transaction "
                                     "marker", self.directory, header.base_offset)
-                yield header, marker
+                yield segment, header, marker
 
     def _headers_from(self, offset: int) -> Iterator[BatchHeader]:
         """Headers of the batches whose last offset is at or above offset."""
@@ -667,6 +760,8 @@ class Log:
             self.truncate_fully_and_start_at(offset)
             return
         self._generation += 1
+        if self.snapshots.delete_outside(0, offset):  # durable before new batches land there
+            self._dir_dirty = True
         while len(self._segments) > 1 and self._bases[-1] > offset:
             self._segments.pop().delete()
             self._bases.pop()
@@ -694,6 +789,7 @@ class Log:
         self._segments.clear()
         self._bases.clear()
         self._add_segment(offset)
+        self.snapshots.delete_all()
         fsync_dir(self.directory)
         self._dir_dirty = False
         self.log_start_offset = offset
@@ -709,8 +805,7 @@ class Log:
         # never above the end, never below the start (a log started again at a later offset)
         self.high_watermark = max(min(self.high_watermark, end), self.log_start_offset)
         self.recovery_point = min(self.recovery_point, end)
-        self.producer_state.clear()
-        self.producer_state.update_all(self._producer_batches_from(self.log_start_offset))
+        self._rebuild_producer_state(end)
 
     def advance_log_start_offset(self, offset: int) -> bool:
         """Make offsets below offset unreadable; delete the segments wholly below it."""
@@ -723,6 +818,8 @@ class Log:
             self._delete_oldest_segment()
         self.epoch_cache.truncate_from_start(offset)
         self.producer_state.truncate_head(offset)
+        if self.snapshots.delete_outside(offset, self.log_end_offset):
+            self._dir_dirty = True
         self.high_watermark = max(self.high_watermark, offset)
         log.info("%s: log start offset advanced to %d", self.directory, offset)
         return True
@@ -758,6 +855,22 @@ class Log:
                 self._delete_oldest_segment()
             deleted += 1
         return deleted
+
+
+def _replay_position(segment: Segment, offset: int) -> tuple[int, int | None]:
+    """Where a replay from offset starts in segment, found through its offset index (a replay
+    from a snapshot in the active segment reads only the batches after it), and the offset
+    there. An index that misleads (segment.find checks the batch it names) makes the replay
+    walk from the segment's start instead, which checks every header."""
+    if offset <= segment.base_offset:
+        return 0, None
+    try:
+        found = segment.find(offset)
+    except CorruptLog:
+        return 0, None
+    if found is None:
+        return segment.size_bytes, None
+    return found[0], found[1].base_offset
 
 
 def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHeader],

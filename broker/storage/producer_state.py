@@ -16,23 +16,23 @@ coordinator is refused (CoordinatorFenced), as a stale leader epoch is. A produc
 transaction is open may not write outside it (InvalidTxnState). Markers carry no sequence and do
 not count as the producer's batches.
 
-What read_committed consumers need (KIP-98): `aborted` lists every aborted transaction still in
-the log, (producer id, first offset, marker offset), in marker order, as Kafka's .txnindex files
-do; `first_unstable_offset(high_watermark)` is where the earliest transaction not yet settled
-starts: one still open, or one whose marker is not yet below the high watermark (a leader that
-dies before its followers hold the marker leaves the transaction open on the next leader). The
-last stable offset is the smaller of it and the high watermark.
+What read_committed consumers need (KIP-98): the aborted transactions, which `update` hands back
+as each ABORT marker is replayed, with the last stable offset of that moment (the earliest other
+transaction still open, else the marker's offset + 1), for the log to write in the marker's
+segment's .txnindex (txn_index.py): they are kept on disk, not here; and
+`first_unstable_offset(high_watermark)`: where the earliest transaction not yet settled starts:
+one still open, or one whose marker is not yet below the high watermark (a leader that dies
+before its followers hold the marker leaves the transaction open on the next leader). The last
+stable offset is the smaller of it and the high watermark.
 
 The state is a function of the batches in [log start, log end): `truncate_head` drops what falls
-below the log start, and after a truncation at the end the log rebuilds the state from its batches
+below the log start, and after a truncation at the end the log rebuilds the state from its latest
+snapshot at or below the new end (producer_snapshots.py, `load`) and the batches after it
 (reading the record of each marker for its type and coordinator epoch).
-No snapshot files: rebuilding reads every batch header once (see the storage notes).
 """
 
 from __future__ import annotations
 
-import bisect
-from collections.abc import Iterable
 from typing import NamedTuple
 
 from epochlog.protocol.batch import NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE, BatchHeader
@@ -45,6 +45,7 @@ from .errors import (
     InvalidTxnState,
     OutOfOrderSequence,
 )
+from .txn_index import AbortedTxn
 
 BATCHES_PER_PRODUCER_MAX = 5  # Kafka's ProducerStateEntry.NUM_BATCHES_TO_RETAIN
 SEQUENCE_MAX = 2**31 - 1
@@ -93,19 +94,11 @@ def _in_sequence(last_sequence: int, first_sequence: int) -> bool:
                                                    and last_sequence == SEQUENCE_MAX)
 
 
-class AbortedTxn(NamedTuple):
-    producer_id: int
-    first_offset: int
-    last_offset: int  # the ABORT marker's offset
-
-
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
-        self.aborted: list[AbortedTxn] = []
         self._open: dict[int, int] = {}  # producer id -> first offset of its open transaction
         self._settling: list[tuple[int, int]] = []  # (first offset, marker offset), in order
-        self._longest_abort = 0  # the most offsets an aborted transaction spans
 
     def check(self, headers: list[BatchHeader]) -> BatchMetadata | None:
         """Validate a leader append of data batches; the original batch if it is a retry of
@@ -144,32 +137,36 @@ class ProducerStateManager:
                                     f"{coordinator_epoch}, older than "
                                     f"{entry.coordinator_epoch}")
 
-    def update(self, header: BatchHeader, marker: Marker | None = None) -> None:
+    def update(self, header: BatchHeader, marker: Marker | None = None) -> AbortedTxn | None:
         """Record a batch that is now in the log (a control batch with its marker; one
-        without a marker ends nothing)."""
+        without a marker ends nothing); the transaction it aborted, if it is an ABORT marker."""
         if not _is_idempotent(header):
-            return
+            return None
         pid = header.producer_id
         entry = self.producers.get(pid)
         base = entry or ProducerEntry(header.producer_epoch, ())
         if header.is_control:
-            if marker is not None:
-                first = base.txn_first_offset if base.txn_first_offset >= 0 \
-                    else header.base_offset
-                self.producers[pid] = base.with_marker(header, marker)
-                self._open.pop(pid, None)
-                self._settling.append((first, header.base_offset))
-                if not marker.commit:
-                    self.aborted.append(AbortedTxn(pid, first, header.base_offset))
-                    self._longest_abort = max(self._longest_abort, header.base_offset - first)
-            return
+            if marker is None:
+                return None
+            first = base.txn_first_offset if base.txn_first_offset >= 0 else header.base_offset
+            self.producers[pid] = base.with_marker(header, marker)
+            self._open.pop(pid, None)
+            self._settling.append((first, header.base_offset))
+            if marker.commit:
+                return None
+            stable = min(self._open.values(), default=header.base_offset + 1)
+            return AbortedTxn(pid, first, header.base_offset, stable)
         self.producers[pid] = updated = base.with_batch(header)
         if updated.txn_first_offset >= 0:
             self._open[pid] = updated.txn_first_offset
+        return None
 
-    def update_all(self, batches: Iterable[tuple[BatchHeader, Marker | None]]) -> None:
-        for header, marker in batches:
-            self.update(header, marker)
+    def load(self, producers: dict[int, ProducerEntry]) -> None:
+        """Start again from a snapshot's state (the transactions open are the entries')."""
+        self.clear()
+        self.producers = dict(producers)
+        self._open = {pid: e.txn_first_offset for pid, e in producers.items()
+                      if e.txn_first_offset >= 0}
 
     def open_transactions(self) -> dict[int, int]:
         """producer id -> the first offset of its open transaction."""
@@ -189,22 +186,12 @@ class ProducerStateManager:
             firsts.append(min(self._open.values()))
         return min(firsts, default=None)
 
-    def aborted_in(self, start: int, end: int) -> list[AbortedTxn]:
-        """The aborted transactions that hold offsets in [start, end). Markers are in offset
-        order; one at or past end plus the longest span seen starts at or past end."""
-        lo = bisect.bisect_left(self.aborted, start, key=lambda a: a.last_offset)
-        hi = bisect.bisect_left(self.aborted, end + self._longest_abort, lo,
-                                key=lambda a: a.last_offset)
-        return [a for a in self.aborted[lo:hi] if a.first_offset < end]
-
     def last_sequence(self, producer_id: int) -> int:
         entry = self.producers.get(producer_id)
         return entry.last_sequence if entry else NO_SEQUENCE
 
     def truncate_head(self, log_start_offset: int) -> None:
         """Forget the batches now below the log start, and producers left with none."""
-        if self.aborted and self.aborted[0].last_offset < log_start_offset:
-            self.aborted = [a for a in self.aborted if a.last_offset >= log_start_offset]
         for pid, entry in list(self.producers.items()):
             kept = tuple(b for b in entry.batches if b.last_offset >= log_start_offset)
             if not kept and entry.txn_first_offset < 0:
@@ -214,10 +201,8 @@ class ProducerStateManager:
 
     def clear(self) -> None:
         self.producers.clear()
-        self.aborted.clear()
         self._open.clear()
         self._settling.clear()
-        self._longest_abort = 0
 
 
 def _check_one(pid: int, entry: ProducerEntry | None, header: BatchHeader

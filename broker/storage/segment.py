@@ -1,5 +1,6 @@
 """One segment of a partition log: `<base>.log` holding whole RecordBatch v2 batches end to end, and
-its `<base>.index` and `<base>.timeindex` (see indexes.py); `<base>` is the 20-digit base offset.
+its `<base>.index` and `<base>.timeindex` (see indexes.py), and `<base>.txnindex`, the aborted
+transactions whose markers it holds (txn_index.py); `<base>` is the 20-digit base offset.
 
 Rules:
 - Batches are written whole and in offset order; every batch's offsets fit in int32 relative to the
@@ -15,7 +16,10 @@ Rules:
   offsets), cuts the file at the first bad or torn batch and rebuilds both indexes.
 - `load()` is the clean-shutdown path: it trusts the log up to its size, checks the index files and
   scans only the batches after the last index entry (falling back to recover() if anything is off).
-- `flush()` writes the pending index entries and fsyncs the three files.
+- `flush()` writes the pending index entries and fsyncs the files.
+- The .txnindex is checked at load and recover (txn_index.py); a bad one is emptied and reported
+  in `txn_index_problem`, for the log to rebuild its entries from the batches. Recovery, which may
+  cut the tail, drops the entries past it; truncation drops those at or past the cut.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from epochlog.protocol.batch import (
 from .config import LogConfig
 from .errors import CorruptLog
 from .indexes import OffsetIndex, TimeIndex, write_all
+from .txn_index import TXN_INDEX_SUFFIX, TxnIndex
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
@@ -66,6 +71,11 @@ class Segment:
             os.path.join(directory,
                          segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix),
             base_offset, config.segment_index_bytes)
+        self.txn_index = TxnIndex(
+            os.path.join(directory,
+                         segment_file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix),
+            base_offset)
+        self.txn_index_problem: str | None = None  # why load or recover emptied the .txnindex
         self.created_ms = now_ms
         self.dirty = False  # written since the last fsync
         self.offset_gaps_allowed = False  # see the module notes
@@ -143,12 +153,16 @@ class Segment:
         caller to fsync (and close) on any thread."""
         self.offset_index.write_out()
         self.time_index.write_out()
+        self.txn_index.write_out()
         self.dirty = False
-        return [os.dup(self._fd), self.offset_index.dup_fd(), self.time_index.dup_fd()]
+        fds = [os.dup(self._fd), self.offset_index.dup_fd(), self.time_index.dup_fd()]
+        txn_fd = self.txn_index.dup_fd()
+        return fds if txn_fd is None else [*fds, txn_fd]
 
     def flush(self) -> None:
         self.offset_index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
         os.fsync(self._fd)
         self.dirty = False
 
@@ -170,6 +184,7 @@ class Segment:
         os.ftruncate(self._fd, position)
         self.offset_index.truncate_to(end_offset)
         self.time_index.truncate_to(end_offset)
+        self.txn_index.truncate_to(end_offset)
         self._rescan_after_last_index_entry(position)
         os.fsync(self._fd)  # a cut must be durable before new batches land on the same bytes
         return removed
@@ -391,7 +406,15 @@ class Segment:
         except CorruptLog as e:
             log.warning("%s: %s; recovering the segment", self.log_path, e)
             return self.recover()
+        self._load_txn_index(cut_beyond=False)
         return 0
+
+    def _load_txn_index(self, *, cut_beyond: bool) -> None:
+        self.txn_index_problem = self.txn_index.load(self.next_offset, self.size_bytes,
+                                                     cut_beyond=cut_beyond)
+        if self.txn_index_problem is not None:
+            log.warning("%s; its entries are rebuilt from the batches",
+                        self.txn_index_problem)
 
     def _rescan_after_last_index_entry(self, size_bytes: int) -> None:
         """Set the statistics from the indexes plus a scan of the batches they do not cover.
@@ -438,6 +461,7 @@ class Segment:
             log.warning("%s: cut %d bytes at position %d (%s)", self.log_path, cut_bytes,
                         position, problem)
             os.ftruncate(self._fd, position)
+        self._load_txn_index(cut_beyond=True)
         self.dirty = True
         return cut_bytes
 
@@ -503,6 +527,7 @@ class Segment:
     def close(self) -> None:
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
@@ -510,6 +535,7 @@ class Segment:
     def delete(self) -> None:
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1

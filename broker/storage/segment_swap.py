@@ -2,17 +2,22 @@
 offsets, either the old segments or the cleaned one, never a mix (Kafka's suffixes and rules).
 
 Steps of `swap_in`, after the cleaner has written `<base>.log.cleaned` (and its `.index.cleaned`,
-`.timeindex.cleaned`) and fsynced them:
-1. rename the three `.cleaned` files to `.swap`, fsync the folder: from here on the swap is decided;
+`.timeindex.cleaned`, `.txnindex.cleaned`) and fsynced them:
+1. rename the four `.cleaned` files to `.swap` (the `.log` last), fsync the folder: from here on
+   the swap is decided;
 2. rename every file of the replaced segments to `<name>.deleted`;
 3. rename the `.swap` files to their final names (the `.log` last), fsync the folder;
 4. the caller closes the old segments and unlinks the `.deleted` files it was given.
 
 Recovery on open (`complete_interrupted_swaps`), before the Log reads the folder:
 - a `<base>.log.swap` was decided: the segment files whose base offset lies in [base, the swap's
-  next offset) are removed, the `.log.swap` takes its final name, and its indexes are rebuilt (the
-  bases returned must be recovered, not loaded); a `.deleted` whose swap cannot be read at all is
-  put back instead (nothing decided can be lost);
+  next offset) are removed, the `.log.swap` takes its final name, and its offset and time indexes
+  are rebuilt (the bases returned must be recovered, not loaded). Its `.txnindex` cannot be
+  rebuilt from the segment alone (a transaction may start in an earlier segment), so it is kept:
+  a `.txnindex.swap` takes its final name; without one, step 3 had renamed it already (the `.log`
+  goes last in steps 1 and 3, so a `.log.swap` means that step 1 made the `.txnindex.swap`).
+  A `.deleted` whose swap cannot be read at all is put back instead (nothing decided can be
+  lost);
 - `.cleaned`, `.deleted` and index `.swap` files left over are strays the Log removes.
 The cleaned segment always ends where the replaced ones ended (the cleaner keeps their last
 batch, emptied if need be), so [base, next offset) is exactly the range that was replaced.
@@ -28,11 +33,12 @@ from epochlog.protocol.batch import BATCH_HEADER_BYTES, CorruptBatch, read_heade
 
 from .checkpoints import fsync_dir
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, segment_file_name
+from .txn_index import TXN_INDEX_SUFFIX
 
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX)
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX)
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 _LOG_SWAP = re.compile(r"^(\d{20})\.log\.swap$")
 
@@ -40,7 +46,7 @@ log = logging.getLogger("epochlog.storage")
 
 
 def segment_paths(directory: str, base_offset: int, suffix: str = "") -> list[str]:
-    """The .log, .index and .timeindex paths of a segment, with suffix added."""
+    """The .log, .index, .timeindex and .txnindex paths of a segment, with suffix added."""
     return [os.path.join(directory, segment_file_name(base_offset, s) + suffix)
             for s in SEGMENT_SUFFIXES]
 
@@ -57,7 +63,7 @@ def swap_in(directory: str, new_base: int, old_bases: list[int]) -> list[str]:
     cleaned = segment_paths(directory, new_base, CLEANED_SUFFIX)
     swapped = segment_paths(directory, new_base, SWAP_SUFFIX)
     final = segment_paths(directory, new_base)
-    for source, target in zip(cleaned, swapped, strict=True):
+    for source, target in list(zip(cleaned, swapped, strict=True))[::-1]:  # the .log last
         os.rename(source, target)
     fsync_dir(directory)
     deleted = []
@@ -91,9 +97,13 @@ def complete_interrupted_swaps(directory: str) -> set[int]:
             found = _SEGMENT_FILE.match(other)
             if found and base <= int(found.group(1)) < next_offset:
                 os.unlink(os.path.join(directory, other))
-        for index in segment_paths(directory, base, SWAP_SUFFIX)[1:]:
+        _, index_swap, time_swap, txn_swap = segment_paths(directory, base, SWAP_SUFFIX)
+        for index in (index_swap, time_swap):
             if os.path.exists(index):
                 os.unlink(index)  # rebuilt from the log: one path, whatever step was reached
+        if os.path.exists(txn_swap):  # else step 3 gave it its final name already
+            os.replace(txn_swap, os.path.join(directory,
+                                              segment_file_name(base, TXN_INDEX_SUFFIX)))
         os.rename(path, os.path.join(directory, segment_file_name(base, LOG_SUFFIX)))
         log.warning("%s: completed an interrupted swap of cleaned segment %d (offsets up to %d)",
                     directory, base, next_offset)

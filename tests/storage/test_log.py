@@ -336,9 +336,17 @@ def test_an_index_entry_pointing_inside_a_batch_is_rebuilt_not_taken_for_damage(
     log.close()
 
 
+def drop_producer_snapshots(directory) -> None:
+    """Without a producer snapshot the open replays every batch header (with one it reads
+    only those after it: test_a_damaged_header_a_snapshot_skips_is_found_by_the_first_read)."""
+    for snapshot in directory.glob("*.snapshot"):
+        snapshot.unlink()
+
+
 def test_a_damaged_header_behind_the_indexes_is_cut_at_a_clean_open(tmp_path, caplog):
     """After a clean shutdown a rolled segment is trusted as far as its index goes; the
-    producer-state scan of the open is the first to read a header damaged there. The log is
+    producer-state scan of an open without a snapshot is the first to read a header damaged
+    there. The log is
     cut before it (the caller sees a log end below its high watermark, and repairs), instead
     of the open failing and with it the broker (seen in the storage-fault campaign: the broker
     could not start again, ever)."""
@@ -358,12 +366,43 @@ def test_a_damaged_header_behind_the_indexes_is_cut_at_a_clean_open(tmp_path, ca
     with open(segment, "r+b") as f:
         f.seek(position + 16)  # the magic byte and what follows: the header does not parse
         f.write(b"\x00" * 8)
+    drop_producer_snapshots(tmp_path / "t-0")
 
     with caplog.at_level(logging.WARNING):
         log = open_log(tmp_path / "t-0", config, recovery_point=end)
     assert log.log_end_offset == batches[victim][0]
     assert read_all(log) == batches[:victim]
     assert "cutting the log at offset" in caplog.text
+    log.close()
+
+
+def test_a_damaged_header_a_snapshot_skips_is_found_by_the_first_read(tmp_path):
+    """With the producer snapshot written at close the open replays nothing, so it reads no
+    header of a trusted segment (as Kafka's open): the damage is found by the first read
+    through it, which refuses it naming where the log is whole (the broker then cuts there,
+    takes the replica offline and repairs it: docs/storage-faults.md, rule 5)."""
+    config = LogConfig(segment_bytes=4096, index_interval_bytes=256,
+                       segment_index_bytes=4096, flush_ms=2**63 - 1)
+    log = open_log(tmp_path / "t-0", config)
+    for tag in range(40):
+        log.append_as_leader(make_batch(1, value_bytes=100, tag=tag), leader_epoch=0)
+    batches = read_all(log)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    victim = 5
+    position = sum(len(data) for _, data in batches[:victim])
+    with open(tmp_path / "t-0" / f"{0:020d}.log", "r+b") as f:
+        f.seek(position + 16)
+        f.write(b"\x00" * 8)
+
+    log = open_log(tmp_path / "t-0", config, recovery_point=end, clean_shutdown=True)
+    assert log.producer_batches_replayed == 0 and log.log_end_offset == end
+    with pytest.raises(CorruptLog) as raised:
+        log.read(batches[victim][0], 1 << 20)
+    assert raised.value.cut_offset == batches[victim][0]
+    log.truncate_to(raised.value.cut_offset, "test")
+    assert read_all(log) == batches[:victim]
     log.close()
 
 
@@ -392,6 +431,7 @@ def test_a_damaged_batch_length_behind_the_indexes_is_cut_before_that_batch(tmp_
     with open(tmp_path / "t-0" / f"{0:020d}.log", "r+b") as f:
         f.seek(position + 8)
         f.write((length + length_change).to_bytes(4, "big"))
+    drop_producer_snapshots(tmp_path / "t-0")
 
     with caplog.at_level(logging.WARNING):
         log = open_log(tmp_path / "t-0", config, recovery_point=end, clean_shutdown=True)

@@ -12,6 +12,7 @@ from epochlog.broker.storage.errors import (
     InvalidProducerEpoch,
     InvalidTxnState,
 )
+from epochlog.broker.storage.txn_index import AbortedTxn
 from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.records import build_batch
 
@@ -102,51 +103,72 @@ def test_aborted_transactions_and_the_last_stable_offset(tmp_path) -> None:
     assert log.last_stable_offset == 1  # other's marker (4) is not below 4
     log.update_high_watermark(5)
     assert log.last_stable_offset == 5
-    aborted = log.producer_state.aborted
-    assert [(a.producer_id, a.first_offset, a.last_offset) for a in aborted] == [(PID, 0, 3)]
-    assert log.producer_state.aborted_in(0, 1) == aborted
-    assert log.producer_state.aborted_in(3, 5) == aborted
-    assert log.producer_state.aborted_in(4, 5) == []
+    # the last stable offset when PID's abort was done: other's transaction, open from 1
+    aborted = [AbortedTxn(PID, 0, 3, 1)]
+    assert log.aborted_in(0, 5) == aborted
+    assert log.aborted_in(0, 1) == aborted
+    assert log.aborted_in(3, 5) == aborted
+    assert log.aborted_in(4, 5) == []
     log.flush()
     log.close()
     again = open_log(tmp_path / "t-0", clean_shutdown=True, recovery_point=5, high_watermark=5)
-    assert again.producer_state.aborted == aborted
+    assert again.aborted_in(0, 5) == aborted
     assert again.last_stable_offset == 5
     again.advance_log_start_offset(4)
-    assert again.producer_state.aborted == []
+    assert again.aborted_in(4, 5) == []
     again.close()
 
 
-def test_the_aborted_transactions_found_for_a_range_are_all_that_hold_offsets_there() -> None:
-    """aborted_in against a plain filter, over many interleaved transactions."""
+def test_the_aborted_transactions_found_for_a_range_are_all_that_hold_offsets_there(tmp_path
+                                                                                     ) -> None:
+    """Log.aborted_in (the .txnindex files of many small segments, walked as Kafka walks them)
+    against a plain filter, over many interleaved transactions, some spanning segments; the
+    same after a clean reopen (from the snapshot) and after one that rebuilds every entry."""
     import random
 
-    from epochlog.broker.storage.producer_state import ProducerStateManager
-    from epochlog.protocol.batch import read_header
-    from epochlog.protocol.control_records import Marker
-
     rng = random.Random(7)
-    state = ProducerStateManager()
-    offset = 0
+    log = open_log(tmp_path / "t-0")
+    sequences: dict[int, int] = {}
     open_since: dict[int, int] = {}
+    expected: list[tuple[int, int, int]] = []
     for _ in range(400):
         pid = rng.randrange(6)
         if pid in open_since and rng.random() < 0.3:
-            header = read_header(marker_batch(False, pid, 0, 0, 1), 0)._replace(
-                base_offset=offset)
-            state.update(header, Marker(rng.random() < 0.5, 0))
+            commit = rng.random() < 0.5
+            info = log.append_as_leader(marker_batch(commit, pid, 0, 0, 1000), leader_epoch=0)
+            if not commit:
+                expected.append((pid, open_since[pid], info.first_offset))
             del open_since[pid]
         else:
-            header = read_header(build_batch([(b"k", b"v", None, 1)], producer_id=pid,
-                                             producer_epoch=0, base_sequence=0,
-                                             is_transactional=True), 0)._replace(
-                base_offset=offset)
-            state.update(header)
-            open_since.setdefault(pid, offset)
-        offset += 1
-    assert state.aborted
-    for _ in range(300):
-        start = rng.randrange(offset)
-        end = rng.randrange(start, offset + 1)
-        expected = [a for a in state.aborted if a.last_offset >= start and a.first_offset < end]
-        assert state.aborted_in(start, end) == expected, (start, end)
+            sequence = sequences.get(pid, 0)
+            sequences[pid] = sequence + 1
+            info = log.append_as_leader(
+                build_batch([(b"k", b"v" * rng.randrange(1, 200), None, 1000)], producer_id=pid,
+                            producer_epoch=0, base_sequence=sequence, is_transactional=True),
+                leader_epoch=0)
+            open_since.setdefault(pid, info.first_offset)
+    assert expected and len(log.segments) > 10
+    end = log.log_end_offset
+
+    def check(target) -> None:
+        for _ in range(300):
+            start = rng.randrange(end)
+            stop = rng.randrange(start, end + 1)
+            found = [(a.producer_id, a.first_offset, a.last_offset)
+                     for a in target.aborted_in(start, stop)]
+            assert found == [a for a in expected if a[2] >= start and a[1] < stop], (start, stop)
+
+    check(log)
+    log.flush()
+    log.close()
+    again = open_log(tmp_path / "t-0", clean_shutdown=True, recovery_point=end)
+    assert again.producer_batches_replayed == 0
+    check(again)
+    again.close()
+    for path in (tmp_path / "t-0").glob("*.snapshot"):
+        path.unlink()
+    for path in (tmp_path / "t-0").glob("*.txnindex"):
+        path.unlink()
+    rebuilt = open_log(tmp_path / "t-0", clean_shutdown=True, recovery_point=end)
+    check(rebuilt)
+    rebuilt.close()
