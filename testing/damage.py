@@ -19,6 +19,11 @@ Kinds, and what the broker must make of each (docs/storage-faults.md):
 - `offset-checkpoint`: one of the data dir's offset checkpoints (high watermarks, recovery
   points, log start offsets) cut short, zeroed or filled with garbage: read as absent, and the
   safe choice made (recover whole logs; the leader re-learns the high watermark).
+- `snapshot`: a producer state snapshot (`.snapshot`) with bits flipped or cut short: its CRC
+  fails, it is deleted and the state comes from an older one or from the batches;
+- `txnindex`: an aborted-transactions index (`.txnindex`) cut inside an entry or with an
+  entry's version overwritten: its entries are rebuilt from the batches at open. Kafka's
+  format has no checksum, so only damage the checks can see is done (as for checkpoints).
 
 Checkpoints are damaged so that they do not parse, never into other plausible numbers: Kafka's
 text checkpoints carry no checksum (nor do ours, which keep its layout), so a digit changed into
@@ -32,10 +37,12 @@ import random
 from pathlib import Path
 from typing import BinaryIO
 
-KINDS = ("flip", "zero-page", "truncate", "index", "epoch-checkpoint", "offset-checkpoint")
+KINDS = ("flip", "zero-page", "truncate", "index", "epoch-checkpoint", "offset-checkpoint",
+         "snapshot", "txnindex")
 OFFSET_CHECKPOINTS = ("replication-offset-checkpoint", "recovery-point-offset-checkpoint",
                       "log-start-offset-checkpoint")
 PAGE = 4096
+TXN_ENTRY_BYTES = 34
 FLIPS_MAX = 8
 
 
@@ -67,6 +74,8 @@ def _candidates(data_dir: Path, topic: str, kind: str) -> list[Path]:
     for d in _partition_dirs(data_dir, topic):
         if kind == "epoch-checkpoint":
             found += [f for f in [d / "leader-epoch-checkpoint"] if f.is_file()]
+        elif kind in ("snapshot", "txnindex"):
+            found += [f for f in sorted(d.glob(f"*.{kind}")) if f.stat().st_size > 0]
         elif kind == "index":
             found += [f for f in sorted(d.glob("*.index")) + sorted(d.glob("*.timeindex"))
                       if f.stat().st_size > 0]
@@ -77,7 +86,11 @@ def _candidates(data_dir: Path, topic: str, kind: str) -> list[Path]:
 
 def _apply(kind: str, path: Path, rng: random.Random) -> str:
     size = path.stat().st_size
-    if kind == "flip":
+    if kind == "txnindex":
+        return _damage_txn_index(path, size, rng)
+    if kind == "snapshot" and rng.random() < 0.5:
+        kind = "truncate"
+    if kind in ("flip", "snapshot"):
         spots = sorted({rng.randrange(size) for _ in range(rng.randint(1, FLIPS_MAX))})
         with open(path, "r+b") as f:
             for spot in spots:
@@ -119,6 +132,21 @@ def _apply(kind: str, path: Path, rng: random.Random) -> str:
         f.write(data)
         _sync(f)
     return f"{how} {path} (was {size} bytes)"
+
+
+def _damage_txn_index(path: Path, size: int, rng: random.Random) -> str:
+    """A cut inside an entry, or an entry's version (its first two bytes) made non-zero."""
+    entries = size // TXN_ENTRY_BYTES
+    if entries == 0 or rng.random() < 0.5:
+        keep = rng.randrange(size)
+        keep += 1 if keep % TXN_ENTRY_BYTES == 0 else 0
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+            _sync(f)
+        return f"cut {path} from {size} to {keep} bytes (inside an entry)"
+    i = rng.randrange(entries)
+    _write_at(path, i * TXN_ENTRY_BYTES, rng.randint(1, 0xFFFF).to_bytes(2, "big"))
+    return f"overwrote the version of entry {i} of {path}"
 
 
 def _shift_entry(path: Path, size: int, rng: random.Random) -> str:

@@ -75,6 +75,8 @@ def test_each_kind_damages_a_file_and_says_which(kind: str, tmp_path: Path) -> N
     segment = part / f"{0:020d}.log"
     segment.write_bytes(bytes(range(256)) * 40)
     (part / f"{0:020d}.index").write_bytes(bytes(range(8)) * 16)
+    (part / f"{0:020d}.txnindex").write_bytes(bytes(34) * 3)
+    (part / f"{2000:020d}.snapshot").write_bytes(bytes(range(100)))
     (part / "leader-epoch-checkpoint").write_text("0\n2\n0 0\n3 1500\n")
     (tmp_path / "replication-offset-checkpoint").write_text("0\n1\nchaos 0 2000\n")
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
