@@ -3,8 +3,8 @@ state, checkpoints and crash recovery, in Kafka's on-disk formats.
 
 Synchronous plain Python with an injected clock (ms): the broker's asyncio code calls it, and a
 deterministic simulation can drive it. Modules, bottom up: config, errors, disk_health,
-checkpoints, durability, epoch_cache, indexes, segment, segment_swap, producer_state,
-truncations, log, log_manager, cleaner.
+checkpoints, durability, epoch_cache, indexes, txn_index, segment, segment_swap, producer_state,
+producer_snapshots, truncations, log, log_manager, cleaner.
 """
 
 from .config import LogConfig
