@@ -117,6 +117,13 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     transaction_state_log_num_partitions: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
     transaction_state_log_replication_factor: Annotated[int, msgspec.Meta(ge=-1, le=32767)] = -1
     transaction_max_timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 900_000
+    # An id with no transaction (Empty, Complete*) for this long is forgotten: a tombstone in
+    # the log, its producer id no longer kept (Kafka's transactional.id.expiration.ms); looked
+    # for every ..._cleanup_interval_ms (Kafka's
+    # transaction.remove.expired.transaction.cleanup.interval.ms).
+    transactional_id_expiration_ms: Annotated[int, msgspec.Meta(ge=1)] = 7 * MS_PER_DAY
+    transaction_remove_expired_transaction_cleanup_interval_ms: Annotated[
+        int, msgspec.Meta(ge=1)] = 3_600_000
 
     # Log defaults for every partition (Kafka's log.* broker settings).
     log_segment_bytes: int = 1 << 30

@@ -130,6 +130,9 @@ class BrokerCollector:
         groups = getattr(b, "groups", None)
         if groups is not None:
             yield from _group_metrics(groups)
+        txns = getattr(b, "txns", None)
+        if txns is not None:
+            yield from _txn_metrics(txns)
         yield from _cleaner_metrics(getattr(b, "cleaner", None))
         fenced = CounterMetricFamily("epochlog_broker_control_requests_fenced",
                                      "Control requests refused, by reason.", labels=["error"])
@@ -243,6 +246,39 @@ def _group_metrics(groups: Any) -> Iterator[Metric]:
             ("group_store_failures", "Group metadata records that failed.",
              c.store_failures_total),
             ("group_rebalances", "Join phases completed with members.", c.rebalances_total)):
+        yield CounterMetricFamily(f"epochlog_broker_{name}", help_text, value=value)
+
+
+def _txn_metrics(txns: Any) -> Iterator[Metric]:
+    """The transaction coordinator (broker/txn/coordinator.py)."""
+    states = GaugeMetricFamily("epochlog_broker_transactional_ids", "Transactional ids "
+                               "coordinated here, by state (Kafka's names).", labels=["state"])
+    counts: Counter[str] = Counter()
+    for shard in list(txns.shards.values()):
+        for m in list(shard.state.ids.values()):
+            counts[m.status.kafka_name] += 1
+    for state, count in sorted(counts.items()):
+        states.add_metric([state], count)
+    yield states
+    yield _gauge("epochlog_broker_transaction_state_partitions_led",
+                 "__transaction_state partitions whose ids are loaded or loading here.",
+                 len(txns.shards))
+    c = txns.counters
+    for name, help_text, value in (
+            ("transaction_inits", "InitProducerId with a transactional id answered.",
+             c.inits_total),
+            ("transactions_committed", "Transactions completed committed (markers written).",
+             c.committed_total),
+            ("transactions_aborted", "Transactions completed aborted (markers written).",
+             c.aborted_total),
+            ("transactions_timed_out", "Transactions aborted past their timeout.",
+             c.timed_out_total),
+            ("transactions_fenced", "Open transactions aborted when a new producer took the id.",
+             c.fenced_total),
+            ("transactional_ids_expired", "Transactional ids forgotten after "
+             "transactional_id_expiration_ms.", c.expired_total),
+            ("transaction_state_loads", "__transaction_state partitions loaded.",
+             c.loads_total)):
         yield CounterMetricFamily(f"epochlog_broker_{name}", help_text, value=value)
 
 

@@ -39,7 +39,9 @@ BROKER_SETTINGS = frozenset({
     "rack", "replica_fetch_backoff_ms", "replica_fetch_max_bytes",
     "replica_fetch_partition_max_bytes", "replica_fetch_wait_max_ms", "replica_lag_time_max_ms",
     "replica_selector_class", "request_hooks_listen", "transaction_max_timeout_ms",
+    "transaction_remove_expired_transaction_cleanup_interval_ms",
     "transaction_state_log_num_partitions", "transaction_state_log_replication_factor",
+    "transactional_id_expiration_ms",
 })
 
 CONTROLLER_SETTINGS = frozenset({

@@ -66,6 +66,7 @@ WRITE_TIMEOUT_MS = 30_000  # Kafka's coordinator waits its request.timeout.ms fo
 TICK_MS = 1000  # how often transactions are checked against their timeouts
 RETRY_FIRST_MS = 50
 RETRY_MAX_MS = 1000
+EXPIRED_NAMED_MAX = 10  # ids an expiry's log line names
 
 _WRITE_ERRORS: dict[int, int] = {
     E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
@@ -89,6 +90,19 @@ class TxnShard:
     loading: bool = True
 
 
+@dataclass
+class TxnCounters:
+    """Since start, for the broker's metrics."""
+
+    inits_total: int = 0  # InitProducerId answered with a producer id and epoch
+    committed_total: int = 0  # transactions completed (markers written, Complete* written)
+    aborted_total: int = 0
+    timed_out_total: int = 0  # aborted by us, past their timeout (their producer fenced)
+    fenced_total: int = 0  # open transactions aborted because a new producer took the id
+    expired_total: int = 0  # ids forgotten after transactional_id_expiration_ms
+    loads_total: int = 0  # state partitions loaded (became coordinator)
+
+
 @dataclass(frozen=True)
 class ProducerIdAndEpoch:
     error: int
@@ -102,6 +116,9 @@ class TxnCoordinator:
         self.app = app
         self.clock = clock  # wall clock: the log's timestamps and the transactions' timeouts
         self.timeout_max_ms = c.transaction_max_timeout_ms
+        self.expiration_ms = c.transactional_id_expiration_ms
+        self.expiration_check_ms = c.transaction_remove_expired_transaction_cleanup_interval_ms
+        self.counters = TxnCounters()
         self.shards: dict[int, TxnShard] = {}
         self.markers = MarkerWriter(app)
         self._completing: dict[str, TxnShard] = {}  # ids whose markers are being written
@@ -154,6 +171,7 @@ class TxnCoordinator:
         if self.shards.get(shard.index) is not shard:
             return
         shard.loading = False
+        self.counters.loads_total += 1
         for transactional_id in shard.state.unfinished():
             self._complete_soon(shard, transactional_id)
         log.info("%s-%d: loaded %d transactional ids from %d records (offsets %d-%d) at leader "
@@ -224,12 +242,15 @@ class TxnCoordinator:
             if error:
                 return ProducerIdAndEpoch(error)
             if answer.write.status in PREPARED:  # fenced an open transaction: abort it
+                self.counters.fenced_total += 1
                 log.info("transactional id %s: a new producer fences epoch %d and aborts its "
                          "transaction", transactional_id, answer.write.producer_epoch - 1)
                 self._complete_soon(shard, transactional_id)
             else:
                 log.info("transactional id %s: producer id %d at epoch %d", transactional_id,
                          answer.write.producer_id, answer.write.producer_epoch)
+        if not answer.error:
+            self.counters.inits_total += 1
         return ProducerIdAndEpoch(answer.error, answer.producer_id, answer.producer_epoch)
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
@@ -296,6 +317,10 @@ class TxnCoordinator:
             if answer.write is None:
                 return
             if not await self._write(shard, transactional_id, answer.write):
+                if commit:
+                    self.counters.committed_total += 1
+                else:
+                    self.counters.aborted_total += 1
                 log.debug("transactional id %s: producer id %d epoch %d %s in %d partitions",
                          transactional_id, entry.producer_id, entry.producer_epoch,
                          "committed" if commit else "aborted", len(entry.partitions))
@@ -305,9 +330,14 @@ class TxnCoordinator:
 
     # ------------------------------------------------------------------------- timeouts
     async def run(self) -> None:
-        """Abort the transactions past their timeout (and fence their producers)."""
+        """Abort the transactions past their timeout (and fence their producers); now and then
+        forget the ids idle past transactional_id_expiration_ms."""
+        next_expiry_check = self.clock() + self.expiration_check_ms
         while True:
             now = self.clock()
+            check_expiry = now >= next_expiry_check
+            if check_expiry:
+                next_expiry_check = now + self.expiration_check_ms
             for shard in list(self.shards.values()):
                 if shard.loading or not self._current(shard):
                     continue
@@ -316,11 +346,42 @@ class TxnCoordinator:
                     if answer.write is not None:
                         self.app.spawn(self._abort(shard, transactional_id, answer.write),
                                        f"abort transaction {transactional_id}")
-            await asyncio.sleep(TICK_MS / 1000)
+                if check_expiry:
+                    expired = shard.state.expired(now, self.expiration_ms)
+                    if expired:
+                        self.app.spawn(self._expire(shard, expired),
+                                       f"expire transactional ids of {TXN_TOPIC}-{shard.index}")
+            await asyncio.sleep(min(TICK_MS, self.expiration_check_ms) / 1000)
+
+    async def _expire(self, shard: TxnShard, transactional_ids: list[str]) -> None:
+        """A tombstone for each id (in one append), then the ids are forgotten."""
+        ids = [t for t in transactional_ids if shard.state.begin_expire(t)]
+        if not ids:
+            return
+        error, _ = await self.topic.append(
+            shard.index, shard.leader_epoch,
+            [(log_records.txn_key(t), None) for t in ids], _WRITE_ERRORS)
+        if self.shards.get(shard.index) is not shard:
+            return  # unloaded meanwhile: the next coordinator reads the log as it is
+        for t in ids:
+            if error:
+                shard.state.write_failed(t)
+            else:
+                shard.state.expire_written(t)
+        if error:
+            log.info("%s-%d: expiring %d transactional ids failed: %s", TXN_TOPIC, shard.index,
+                     len(ids), E(_WRITE_ERRORS.get(error, error)).name)
+            return
+        self.counters.expired_total += len(ids)
+        log.info("%s-%d: %d transactional ids expired (no transaction for %d ms): %s",
+                 TXN_TOPIC, shard.index, len(ids), self.expiration_ms,
+                 ", ".join(ids[:EXPIRED_NAMED_MAX]) + (" ..." if len(ids) > EXPIRED_NAMED_MAX
+                                                       else ""))
 
     async def _abort(self, shard: TxnShard, transactional_id: str,
                      entry: log_records.TxnLogEntry) -> None:
         if not await self._write(shard, transactional_id, entry):
+            self.counters.timed_out_total += 1
             log.info("transactional id %s: aborting the transaction past its timeout of %d ms "
                      "(producer epoch now %d)", transactional_id, entry.timeout_ms,
                      entry.producer_epoch)

@@ -187,6 +187,29 @@ class TxnState:
         if m.entry.producer_epoch < 0:
             del self.ids[transactional_id]
 
+    # ------------------------------------------------------------------------- expiration
+    def expired(self, now_ms: int, expiration_ms: int) -> list[str]:
+        """Ids with no transaction (Empty, Complete*), not busy, and untouched for
+        expiration_ms (transactional.id.expiration.ms)."""
+        return sorted(t for t, m in self.ids.items()
+                      if m.pending is None and m.entry.producer_epoch >= 0
+                      and m.status in (Status.EMPTY, *COMPLETED)
+                      and now_ms - m.entry.last_update_ms >= expiration_ms)
+
+    def begin_expire(self, transactional_id: str) -> bool:
+        """Mark an expired id busy while its tombstone is written (requests for it get
+        CONCURRENT_TRANSACTIONS meanwhile); False if it is no longer expirable."""
+        m = self.ids.get(transactional_id)
+        if m is None or m.pending is not None or m.status not in (Status.EMPTY, *COMPLETED):
+            return False
+        m.pending = m.entry
+        return True
+
+    def expire_written(self, transactional_id: str) -> None:
+        """The tombstone is durable: the id is forgotten (a later InitProducerId starts it
+        afresh with a new producer id)."""
+        self.ids.pop(transactional_id, None)
+
     # ------------------------------------------------------------------------- helpers
     def _producer(self, transactional_id: str, producer_id: int, producer_epoch: int
                   ) -> tuple[TxnMetadata | None, int]:

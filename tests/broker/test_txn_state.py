@@ -217,3 +217,23 @@ UNKNOWN_STATUS = _EMPTY[:16] + b"\x09" + _EMPTY[17:]  # status byte: after 2 + 8
 def test_a_record_that_does_not_decode_is_named(key: bytes | None, value: bytes | None) -> None:
     with pytest.raises(BadRecord, match="record at offset 42"):
         parse(key, value, 42)
+
+
+def test_only_idle_ids_expire_and_an_expiring_one_is_busy() -> None:
+    s = coordinator()
+    pid, epoch = started(s, "idle")  # last update at 1
+    opened, open_epoch = started(s, "open")
+    durable(s, "open", s.add_partitions("open", opened, open_epoch, [("a", 0)], 2))
+    assert s.expired(now_ms=100, expiration_ms=100) == []
+    assert s.expired(now_ms=101, expiration_ms=100) == ["idle"]  # Ongoing ones never expire
+    assert s.begin_expire("idle")
+    assert s.expired(now_ms=500, expiration_ms=100) == []  # busy: its tombstone is on the way
+    assert s.init_producer_id("idle", TIMEOUT_MS, now_ms=501).error == \
+        E.CONCURRENT_TRANSACTIONS
+    s.write_failed("idle")  # the tombstone's write failed: the id is as it was
+    assert s.ids["idle"].entry.producer_id == pid and s.begin_expire("idle")
+    s.expire_written("idle")
+    assert "idle" not in s.ids
+    fresh = s.init_producer_id("idle", TIMEOUT_MS, now_ms=502)  # a new start, a new id
+    assert fresh.error == 0 and fresh.producer_id != pid and fresh.producer_epoch == 0
+    assert not s.begin_expire("open")
