@@ -30,11 +30,15 @@ def run_example(code: str, cluster: Cluster, tmp_path: Path, name: str) -> list[
 
 
 def test_readme_client_examples_run(tmp_path: Path) -> None:
-    """The client example, then the consumer-group example that continues it."""
+    """The client example, the consumer-group example that continues it, then the
+    transactions example (it reads what the first wrote, exactly once, into "invoices")."""
     with Cluster(tmp_path, brokers=3) as cluster:
         lines = run_example(readme_example(), cluster, tmp_path, "example.py")
         group_lines = run_example(readme_example("### Consumer groups"), cluster, tmp_path,
                                   "group_example.py")
+        txn_lines = run_example(readme_example("### Transactions"), cluster, tmp_path,
+                                "txn_example.py")
+    assert sum(int(line.split()[0]) for line in txn_lines) >= 1, txn_lines
     topic, partition, offset, epoch = lines[0].split()
     assert topic == "orders" and offset == "0" and int(epoch) >= 0, lines
     assert lines[1] == f"0 {epoch} b'k' b'first'", lines
