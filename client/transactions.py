@@ -64,6 +64,7 @@ log = logging.getLogger("epochlog.producer")
 
 E = ErrorCode
 GROUP, TRANSACTION = 0, 1  # FindCoordinator key types
+CONCURRENT_BACKOFF_S = 0.02  # Java's ADD_PARTITIONS_RETRY_BACKOFF_MS, for CONCURRENT_TRANSACTIONS
 # Answers after which the same request is asked again (the coordinator is looked up again first
 # for the first three).
 _MOVED = frozenset({E.NOT_COORDINATOR, E.COORDINATOR_NOT_AVAILABLE,
@@ -94,10 +95,11 @@ class TxnState(enum.Enum):
 class _Retry(Exception):
     """An answer or failure after which the request is made again (after the backoff)."""
 
-    def __init__(self, error: KafkaError, moved: bool) -> None:
+    def __init__(self, error: KafkaError, moved: bool, soon: bool = False) -> None:
         super().__init__(str(error))
         self.error = error
         self.moved = moved
+        self.soon = soon  # CONCURRENT_TRANSACTIONS: the previous transaction ends in ms
 
 
 class TransactionManager:
@@ -307,10 +309,14 @@ class TransactionManager:
                 last = again.error
                 if again.moved and key_type == TRANSACTION:
                     self._coordinator = None
-            if loop.time() + self.backoff_s >= deadline:
+                # Java's: the next transaction's first request usually meets the last one's
+                # markers still being written, so it is asked again sooner than the backoff
+                backoff_s = min(self.backoff_s, CONCURRENT_BACKOFF_S) if again.soon \
+                    else self.backoff_s
+            if loop.time() + backoff_s >= deadline:
                 raise KafkaTimeoutError(f"{what}: not done within max_block_ms "
                                         f"({self.max_block_s * 1000:.0f} ms); last error: {last}")
-            await asyncio.sleep(self.backoff_s)
+            await asyncio.sleep(backoff_s)
 
     async def _once(self, what: str, api_key: int, request: Any,
                     error_of: Callable[[Any], int], key_type: int, key: str) -> Any:
@@ -324,7 +330,7 @@ class TransactionManager:
             return answer
         error = error_for(code, what)
         if code in _AGAIN:
-            raise _Retry(error, moved=code in _MOVED)
+            raise _Retry(error, moved=code in _MOVED, soon=code == E.CONCURRENT_TRANSACTIONS)
         if code in FENCED or code in _FATAL:
             self._to_fatal(error)
             assert self.error is not None
