@@ -164,13 +164,20 @@ def test_exactly_once_through_coordinator_leader_and_worker_faults(tmp_path: Pat
 
 def _pause_mid_transaction(worker: Process, bootstrap: str, history: History) -> None:
     """SIGSTOP the worker at a moment its transaction is open (Ongoing at the coordinator): a
-    worker is inside one most of the time; a pause that finds none is undone and tried again."""
+    worker is inside one most of the time; a pause that finds none is undone and tried again.
+    Asked twice, a second apart: an EndTxn sent just before the pause is still answered (the id
+    reads Ongoing until the decision is written), and then the worker was not mid-transaction."""
+    def ongoing() -> bool:
+        return asyncio.run(_state(bootstrap, worker.name)) == "Ongoing"
+
     for _ in range(100):
         worker.pause()
-        if asyncio.run(_state(bootstrap, worker.name)) == "Ongoing":
-            history.record_fault("pause", (worker.name,), f"SIGSTOP {worker.name}, mid-"
-                                 "transaction")
-            return
+        if ongoing():
+            time.sleep(1.0)
+            if ongoing():
+                history.record_fault("pause", (worker.name,), f"SIGSTOP {worker.name}, mid-"
+                                     "transaction")
+                return
         worker.resume()
         time.sleep(0.05)
     raise AssertionError(f"{worker.name} was never caught inside a transaction")
