@@ -73,10 +73,11 @@ _AGAIN = _MOVED | {E.CONCURRENT_TRANSACTIONS, E.REQUEST_TIMED_OUT,
                    E.UNKNOWN_TOPIC_OR_PARTITION}
 # Answers that end the producer: a newer one took the transactional id, or it may never use it.
 FENCED = frozenset({E.PRODUCER_FENCED, E.INVALID_PRODUCER_EPOCH})
+# (UNKNOWN_PRODUCER_ID is not: a partition leader that lost our state answers it to a batch,
+# and, as in Java since KIP-360, the transaction is aborted and the epoch bumped.)
 _FATAL = FENCED | {E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, E.INVALID_TXN_STATE,
                    E.INVALID_PRODUCER_ID_MAPPING, E.UNSUPPORTED_VERSION,
-                   E.INVALID_TRANSACTION_TIMEOUT, E.UNKNOWN_PRODUCER_ID,
-                   E.CLUSTER_AUTHORIZATION_FAILED}
+                   E.INVALID_TRANSACTION_TIMEOUT, E.CLUSTER_AUTHORIZATION_FAILED}
 # TxnOffsetCommit answers saying the consumer is not (any more) the member it was (KIP-447).
 _NOT_MEMBER = frozenset({E.UNKNOWN_MEMBER_ID, E.ILLEGAL_GENERATION, E.FENCED_INSTANCE_ID})
 
