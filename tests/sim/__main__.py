@@ -1,7 +1,7 @@
-"""Replay seeds: `python -m tests.sim [--group] SEED [SEED...] [--verbose] [--SETTING=VALUE ...]`.
+"""Replay seeds: `python -m tests.sim [--group|--txn] SEED [SEED...] [--verbose] [--SETTING=V ...]`.
 
 `--group`: the consumer group simulation (group_harness.py, settings GroupSimSettings) instead of
-the cluster's.
+the cluster's; `--txn`: the transaction simulation (txn_harness.py, settings TxnSimSettings).
 
 A seed with the same settings replays exactly (same events, same faults, same verdict).
 `--verbose` prints the simulation's trace interleaved with the real code's log lines, each
@@ -17,16 +17,18 @@ import sys
 
 from .group_harness import GroupResult, GroupSimSettings, group_settings_for, run_group_seed
 from .harness import Result, Settings, run_seed, settings_for
+from .txn_harness import TxnResult, TxnSimSettings, run_txn_seed, txn_settings_for
 
 
 def _parse(argv: list[str]) -> tuple[list[int], dict[str, object], bool, bool]:
     seeds: list[int] = []
     overrides: dict[str, object] = {}
     verbose = liveness = False
-    kind: type = GroupSimSettings if "--group" in argv else Settings
+    kind: type = GroupSimSettings if "--group" in argv else \
+        TxnSimSettings if "--txn" in argv else Settings
     fields = {f.name: f for f in dataclasses.fields(kind)}
     for arg in argv:
-        if arg == "--group":
+        if arg in ("--group", "--txn"):
             continue
         if arg in ("-v", "--verbose"):
             verbose = True
@@ -60,9 +62,11 @@ def main(argv: list[str]) -> int:
     seeds, overrides, verbose, liveness = _parse(argv)
     failed = 0
     for seed in seeds:
-        result: GroupResult | Result
+        result: GroupResult | TxnResult | Result
         if "--group" in argv:
             result = run_group_seed(seed, group_settings_for(seed, **overrides), verbose)
+        elif "--txn" in argv:
+            result = run_txn_seed(seed, txn_settings_for(seed, **overrides), verbose)
         else:
             result = run_seed(seed, settings_for(seed, **overrides), verbose=verbose)
         if verbose:

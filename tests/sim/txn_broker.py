@@ -1,0 +1,199 @@
+"""A simulated broker of the transaction simulation: leader of some data partitions (real logs,
+txn_partitions.py) and, while it leads `__transaction_state`, the transaction coordinator
+(txn_coordinator.py).
+
+Requests it serves, as the real handlers would answer them:
+- FIND (the simulation's FindCoordinator with key type 1): the coordinator of the moment, from
+  any broker (COORDINATOR_NOT_AVAILABLE between leaders);
+- InitProducerId v3, AddPartitionsToTxn v3, EndTxn v3 (the real messages): the shard's, or
+  NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS;
+- PRODUCE (the simulation's: one partition, one real transactional batch; the answer is
+  (error, base offset)), appended as produce.py's `append` does;
+- WriteTxnMarkers v1 (the real message): each partition's marker appended as
+  write_txn_markers.py's `_append` does; a partition led elsewhere is NOT_LEADER_OR_FOLLOWER.
+
+The checkers hear of every batch and marker a log accepted.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis.add_partitions_to_txn import (
+    AddPartitionsToTxnPartitionResult,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    AddPartitionsToTxnTopicResult,
+)
+from epochlog.protocol.apis.end_txn import EndTxnRequest, EndTxnResponse
+from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
+from epochlog.protocol.apis.write_txn_markers import (
+    WritableTxnMarkerPartitionResult,
+    WritableTxnMarkerResult,
+    WritableTxnMarkerTopicResult,
+    WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+)
+from epochlog.protocol.batch import read_header
+from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.protocol.records import decode_batch
+
+from .scheduler import Node, Scheduler
+from .txn_coordinator import CoordinatorShard, TxnLog
+from .txn_partitions import PartitionStore
+
+if TYPE_CHECKING:
+    from .network import Network
+    from .txn_checkers import TxnCheckers
+
+FIND = -20  # request: the transactional id; answer: (error, node id)
+PRODUCE = -21  # request: (tp, batch bytes); answer: (error, base offset)
+TP = tuple[str, int]
+
+
+class TxnBroker(Node):
+    def __init__(self, sim: Scheduler, node_id: int, network: Network, txn_log: TxnLog,
+                 data_dir: str, tps: list[TP], checkers: TxnCheckers, broken: str = "") -> None:
+        super().__init__(sim, node_id, f"broker{node_id}")
+        self.network = network
+        self.txn_log = txn_log
+        self.checkers = checkers
+        self.broken = broken
+        self.store = PartitionStore(os.path.join(data_dir, f"broker{node_id}"), tps, sim.clock)
+        self.shard: CoordinatorShard | None = None
+        self.loading_epoch = -1
+
+    # ------------------------------------------------------------------------ lifecycle
+    def on_start(self) -> None:
+        self.store.open(self.life, skip_marker_check=self.broken == "no_marker_check")
+
+    def on_crash(self) -> None:
+        self.network.crashed(self)  # the kernel closes our connections at once
+        self.store.close()
+        self.shard = None
+        self.loading_epoch = -1
+        self.txn_log.lost(self.node_id)
+
+    def lead(self, epoch: int) -> None:
+        """We lead `__transaction_state` at `epoch` (unless a newer election came first)."""
+        self.loading_epoch = -1
+        if epoch != self.txn_log.epoch:
+            return
+        self.txn_log.leader = self.node_id
+        self.shard = CoordinatorShard(self, epoch)
+        self.shard.load()
+
+    def not_leader(self, epoch: int) -> None:
+        """A LeaderAndIsr of `epoch` names another leader of `__transaction_state`."""
+        if self.shard is not None and self.shard.epoch < epoch:
+            self.sim.log(f"{self.name}: unloaded the transactional ids (epoch "
+                         f"{self.shard.epoch})")
+            self.shard = None
+
+    @property
+    def loading(self) -> bool:
+        return self.shard is None and self.loading_epoch == self.txn_log.epoch
+
+    # ------------------------------------------------------------------------ requests
+    def serve(self, key: int, version: int, request: Any, reply: Callable[[Any], None],
+              source: int, conn: Any = None) -> None:
+        if key == FIND:
+            leader = self.txn_log.leader
+            reply((E.COORDINATOR_NOT_AVAILABLE, -1) if leader is None else (0, leader))
+        elif key == PRODUCE:
+            reply(self._produce(*request))
+        elif key == ApiKey.WRITE_TXN_MARKERS:
+            reply(self._markers(request))
+        else:
+            shard = self.shard
+            error = E.COORDINATOR_LOAD_IN_PROGRESS if self.loading or (
+                shard is not None and shard.loading) else E.NOT_COORDINATOR
+            _COORDINATOR_HANDLERS[key](shard if shard is not None and not shard.loading
+                                       else None, request, reply, error)
+
+    def _produce(self, tp: TP, batch: bytes) -> tuple[int, int]:
+        if tp not in self.store.logs:
+            return E.NOT_LEADER_OR_FOLLOWER, -1
+        appended = self.store.produce(tp, batch)
+        header = read_header(batch)
+        if appended.error:
+            self.checkers.refused(f"batch_{E(appended.error).name}")
+            return appended.error, -1
+        _, records = decode_batch(batch)
+        self.checkers.appended(tp, appended.offset, header.producer_id, header.producer_epoch,
+                               [r.value or b"" for r in records])
+        return 0, appended.offset
+
+    def _markers(self, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+        results = []
+        for m in request.markers:
+            topics = []
+            for t in m.topics:
+                answers = []
+                for index in t.partition_indexes:
+                    error = self._marker((t.name, index), m.producer_id, m.producer_epoch,
+                                         m.transaction_result, m.coordinator_epoch)
+                    answers.append(WritableTxnMarkerPartitionResult(partition_index=index,
+                                                                    error_code=error))
+                topics.append(WritableTxnMarkerTopicResult(name=t.name, partitions=answers))
+            results.append(WritableTxnMarkerResult(producer_id=m.producer_id, topics=topics))
+        return WriteTxnMarkersResponse(markers=results)
+
+    def _marker(self, tp: TP, producer_id: int, producer_epoch: int, commit: bool,
+                coordinator_epoch: int) -> int:
+        if tp not in self.store.logs:
+            return E.NOT_LEADER_OR_FOLLOWER
+        appended = self.store.marker(tp, producer_id, producer_epoch, commit, coordinator_epoch)
+        if appended.error:
+            self.checkers.refused(f"marker_{E(appended.error).name}")
+            return appended.error
+        self.checkers.marker(tp, producer_id, producer_epoch, commit, coordinator_epoch)
+        return 0
+
+
+def _init(shard: CoordinatorShard | None, req: InitProducerIdRequest,
+          reply: Callable[[Any], None], error: int) -> None:
+    if shard is None:
+        reply(InitProducerIdResponse(error_code=error, producer_id=-1, producer_epoch=-1))
+        return
+    expected = (req.producer_id, req.producer_epoch) if req.producer_id >= 0 else None
+    shard.init_producer_id(
+        req.transactional_id or "", req.transaction_timeout_ms, expected,
+        lambda e, pid, epoch: reply(InitProducerIdResponse(error_code=e, producer_id=pid,
+                                                           producer_epoch=epoch)))
+
+
+def _add(shard: CoordinatorShard | None, req: AddPartitionsToTxnRequest,
+         reply: Callable[[Any], None], error: int) -> None:
+    def answer(e: int) -> None:
+        reply(AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[
+            AddPartitionsToTxnTopicResult(name=t.name, results_by_partition=[
+                AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=e)
+                for p in t.partitions]) for t in req.v3_and_below_topics]))
+
+    if shard is None:
+        answer(error)
+        return
+    shard.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+                         req.v3_and_below_producer_epoch,
+                         [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions],
+                         answer)
+
+
+def _end(shard: CoordinatorShard | None, req: EndTxnRequest, reply: Callable[[Any], None],
+         error: int) -> None:
+    if shard is None:
+        reply(EndTxnResponse(error_code=error))
+        return
+    shard.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
+                  lambda e: reply(EndTxnResponse(error_code=e)))
+
+
+_COORDINATOR_HANDLERS: dict[int, Callable[..., None]] = {
+    ApiKey.INIT_PRODUCER_ID: _init,
+    ApiKey.ADD_PARTITIONS_TO_TXN: _add,
+    ApiKey.END_TXN: _end,
+}
