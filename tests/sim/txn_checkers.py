@@ -81,6 +81,7 @@ class TxnCheckers:
         self._markers: dict[tuple[TP, int], list[tuple[int, int, bool]]] = {}
         self._open: dict[tuple[TP, int], list[_Batch]] = {}  # batches awaiting their marker
         self.outcomes: dict[str, set[str]] = {}  # tag -> outcomes of its batches
+        self._shown_bad: set[tuple[TP, str]] = set()  # reported once
 
     def count(self, what: str, n: int = 1) -> None:
         self.counts[what] = self.counts.get(what, 0) + n
@@ -219,7 +220,8 @@ class TxnCheckers:
                 continue
             seen.add(tag)
             outcomes = self.outcomes.get(tag, {OPEN})
-            if outcomes != {COMMIT}:
+            if outcomes != {COMMIT} and (tp, tag) not in self._shown_bad:
+                self._shown_bad.add((tp, tag))
                 self._violation(f"read_committed view of {tp[0]}-{tp[1]} shows offset {offset} "
                                 f"of transaction {tag}, which is {'+'.join(sorted(outcomes))}")
         self.count("views")

@@ -108,14 +108,15 @@ class TxnLog:
     def move(self, to: int) -> None:
         """A new leader (and coordinator): `to` loads the log after a gap."""
         old, self.leader = self.leader, None
-        self.epoch += 1
-        self.moves += 1
         inflight, self._inflight = list(self._inflight.values()), {}
         for a in inflight:
-            if self.sim.rng.random() < SURVIVES:
+            # only the leader of the moment replicates: a stale leader's append is lost
+            if a.epoch == self.epoch and self.sim.rng.random() < SURVIVES:
                 self.survived += 1
                 self._durable(a.tid, a.entry)
             a.done(E.NOT_LEADER_OR_FOLLOWER)
+        self.epoch += 1
+        self.moves += 1
         self.sim.log(f"txn log: leader {old} -> {to} (epoch {self.epoch})")
         if old is not None and old != to:
             broker = self.brokers[old]

@@ -259,6 +259,7 @@ class TxnSimulation:
     def _phase(self, phase: str, broker_id: int) -> None:
         if phase == self.armed and self.sim.now_ms < self.settings.chaos_ms:
             self.armed = ""
+            self.checkers.count(f"crash_after_{phase}")
             self.sim.log(f"fault: the coordinator dies after {phase}")
             self.sim.after(self.rng.randint(0, 2), self._crash_broker_now,
                            self.brokers[broker_id])
@@ -330,7 +331,8 @@ class TxnSimulation:
         c = self.checkers.counts
         keep = ("told_commit", "told_abort", "timed_out", "fenced", "zombie_batches",
                 "markers", "refused_batch_INVALID_PRODUCER_EPOCH",
-                "refused_marker_TRANSACTION_COORDINATOR_FENCED", "markers_fenced")
+                "refused_marker_TRANSACTION_COORDINATOR_FENCED", "markers_fenced",
+                "crash_after_prepared", "crash_after_markers_written")
         return {"events": self.sim.events, "faults": self.faults, "moves": self.txn_log.moves,
                 "survived": self.txn_log.survived, "lost": self.network.lost,
                 **{k: c.get(k, 0) for k in keep}}
