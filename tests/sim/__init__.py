@@ -16,4 +16,10 @@ The consumer group simulation (`python -m tests.sim --group SEED`) runs the real
 machine (`client.group_member`) against the broker's real `broker.groups.state.Group` on the same
 scheduler and network: group_coordinator, group_member_node, group_checkers, group_harness,
 test_group_simulation.
+
+The transaction simulation (`python -m tests.sim --txn SEED`) runs the broker's real transaction
+coordinator state machine (`broker.txn.state.TxnState`, its log records) and real storage logs
+(their producer state judges every batch and marker) against transactional producers:
+txn_partitions, txn_markers, txn_coordinator, txn_broker, txn_producer, txn_checkers,
+txn_harness, test_txn_simulation.
 """

@@ -33,7 +33,7 @@ EXERCISED = {"told_commit": 10_000, "told_abort": 3000, "timed_out": 300, "fence
              "zombie_batches": 200, "refused_batch_INVALID_PRODUCER_EPOCH": 200,
              "refused_marker_TRANSACTION_COORDINATOR_FENCED": 50, "markers_fenced": 50,
              "crash_after_prepared": 100, "crash_after_markers_written": 100, "survived": 50,
-             "moves": 3000}
+             "moves": 3000, "producer_id_rollovers": 300}
 
 
 def _run(args: tuple[int, dict[str, object]]) -> TxnResult:

@@ -56,13 +56,15 @@ TP = tuple[str, int]
 
 class TxnBroker(Node):
     def __init__(self, sim: Scheduler, node_id: int, network: Network, txn_log: TxnLog,
-                 data_dir: str, tps: list[TP], checkers: TxnCheckers, broken: str = "") -> None:
+                 data_dir: str, tps: list[TP], checkers: TxnCheckers, segment_bytes: int,
+                 broken: str = "") -> None:
         super().__init__(sim, node_id, f"broker{node_id}")
         self.network = network
         self.txn_log = txn_log
         self.checkers = checkers
         self.broken = broken
-        self.store = PartitionStore(os.path.join(data_dir, f"broker{node_id}"), tps, sim.clock)
+        self.store = PartitionStore(os.path.join(data_dir, f"broker{node_id}"), tps, sim.clock,
+                                    segment_bytes)
         self.shard: CoordinatorShard | None = None
         self.loading_epoch = -1
 

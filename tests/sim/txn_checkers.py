@@ -100,6 +100,9 @@ class TxnCheckers:
             self._violation(f"{tid}: producer epoch went back in the log from "
                             f"{before.producer_id}/{before.producer_epoch} to "
                             f"{entry.producer_id}/{entry.producer_epoch}")
+        if before is not None and before.producer_epoch >= 0 and \
+                entry.producer_id != before.producer_id:
+            self.count("producer_id_rollovers")
         self.durable[tid] = entry
         if entry.status in PREPARED:
             self._prepared[tid] = (entry, self.clock())
@@ -171,8 +174,9 @@ class TxnCheckers:
         tag = tag_of(values[0])
         tid = tag.split("/", 1)[0]
         durable = self.durable.get(tid)
-        zombie = durable is not None and durable.producer_id == producer_id and \
-            durable.producer_epoch > producer_epoch
+        # producer ids only grow (a roll-over past the last epoch takes a new one)
+        zombie = durable is not None and durable.producer_epoch >= 0 and \
+            (durable.producer_id, durable.producer_epoch) > (producer_id, producer_epoch)
         if zombie:
             self.count("zombie_batches")
         offsets = list(range(offset, offset + len(values)))

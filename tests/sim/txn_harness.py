@@ -20,6 +20,9 @@ right after a Prepare* is written or right after a transaction's markers are all
 broker is elected and loads the log); crash or pause any broker (its data partitions go away);
 make links lossy. A controller loop elects a new leader when there is none.
 
+Logs are of 1 KiB, 4 KiB or 1 MiB segments; in half the seeds the last producer epoch
+(state.EPOCH_MAX, 32766) is lowered to 2 or 4, so that ids roll over to new producer ids.
+
 Broken variants (`broken`), to show the checkers fail: `complete_without_markers` (the
 coordinator writes Complete* without sending markers), `no_marker_check` (partitions skip
 storage's marker epoch checks).
@@ -38,6 +41,8 @@ import tempfile
 import traceback
 from dataclasses import dataclass, field
 from typing import Any
+
+from epochlog.broker.txn import state
 
 from .network import Network
 from .scheduler import Scheduler
@@ -74,13 +79,17 @@ class TxnSimSettings:
     fault_gap_ms_min: int = 60
     fault_gap_ms_max: int = 400
     codec_every: int = 20
+    segment_bytes: int = 1 << 20  # small ones make logs of many segments to recover and read
+    epoch_max: int = state.EPOCH_MAX  # lowered: ids roll over to new producer ids
     broken: str = ""  # one of BROKEN_VARIANTS
 
 
 def txn_settings_for(seed: int, **overrides: Any) -> TxnSimSettings:
     shape = random.Random(seed ^ 0x7A11)
     base = TxnSimSettings(partitions=shape.randint(2, 4), producers=shape.randint(3, 5),
-                          transactional_ids=shape.choice([2, 2, 3]))
+                          transactional_ids=shape.choice([2, 2, 3]),
+                          segment_bytes=shape.choice([1024, 4096, 1 << 20]),
+                          epoch_max=shape.choice([2, 4, state.EPOCH_MAX, state.EPOCH_MAX]))
     return dataclasses.replace(base, **overrides)
 
 
@@ -131,7 +140,7 @@ class TxnSimulation:
         for node_id in range(1, s.brokers + 1):
             led = [tp for tp in self.tps if leader_of(tp, s.brokers) == node_id]
             broker = TxnBroker(self.sim, node_id, self.network, self.txn_log, data_dir, led,
-                               self.checkers, s.broken)
+                               self.checkers, s.segment_bytes, s.broken)
             self.brokers[node_id] = self.txn_log.brokers[node_id] = broker
             self.network.add(broker)
         self.producers: list[ProducerNode] = []
@@ -332,7 +341,8 @@ class TxnSimulation:
         keep = ("told_commit", "told_abort", "timed_out", "fenced", "zombie_batches",
                 "markers", "refused_batch_INVALID_PRODUCER_EPOCH",
                 "refused_marker_TRANSACTION_COORDINATOR_FENCED", "markers_fenced",
-                "crash_after_prepared", "crash_after_markers_written")
+                "crash_after_prepared", "crash_after_markers_written",
+                "producer_id_rollovers")
         return {"events": self.sim.events, "faults": self.faults, "moves": self.txn_log.moves,
                 "survived": self.txn_log.survived, "lost": self.network.lost,
                 **{k: c.get(k, 0) for k in keep}}
@@ -361,6 +371,7 @@ def run_txn_seed(seed: int, settings: TxnSimSettings | None = None,
     data_dir = tempfile.mkdtemp(prefix=f"epochlog-txnsim-{seed}-", dir=_scratch_root())
     sim: TxnSimulation | None = None
     handler: logging.Handler | None = None
+    epoch_max, state.EPOCH_MAX = state.EPOCH_MAX, settings.epoch_max  # read at every bump
     try:
         sim = TxnSimulation(seed, settings, data_dir, verbose)
         if verbose:
@@ -370,6 +381,7 @@ def run_txn_seed(seed: int, settings: TxnSimSettings | None = None,
     except Exception:
         result.error = traceback.format_exc(limit=12)
     finally:
+        state.EPOCH_MAX = epoch_max
         if handler is not None:
             logging.getLogger("epochlog").removeHandler(handler)
         if sim is not None:

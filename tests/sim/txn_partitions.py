@@ -51,11 +51,12 @@ def leader_of(tp: TP, brokers: int) -> int:
 class PartitionStore:
     """The data partitions of one broker: real logs under `data_dir`."""
 
-    def __init__(self, data_dir: str, tps: list[TP], clock: Callable[[], int]) -> None:
+    def __init__(self, data_dir: str, tps: list[TP], clock: Callable[[], int],
+                 segment_bytes: int) -> None:
         self.data_dir = data_dir
         self.tps = tps
         self.clock = clock
-        self.config = LogConfig(retention_ms=-1, segment_bytes=1 << 20)
+        self.config = LogConfig(retention_ms=-1, segment_bytes=segment_bytes)
         self.logs: dict[TP, Log] = {}
         self.leader_epoch = -1
 
@@ -106,15 +107,19 @@ class PartitionStore:
         stable = log.last_stable_offset
         if stable <= log.log_start_offset:
             return []
-        data = log.read(log.log_start_offset, READ_BYTES_MAX, stable)
         aborted = AbortedTransactions(
             (a.producer_id, a.first_offset)
             for a in log.producer_state.aborted_in(log.log_start_offset, stable))
         seen: list[tuple[int, bytes]] = []
-        view = memoryview(data)
-        for pos, header in iter_headers(data):
-            if aborted.drops(header, view, pos) or header.is_control:
-                continue
-            _, records = decode_batch(data, pos)
-            seen += [(r.offset, r.value or b"") for r in records]
+        offset = log.log_start_offset
+        while offset < stable:  # a read stops at its segment's end
+            data = log.read(offset, READ_BYTES_MAX, stable)
+            assert data, (tp, offset, stable)
+            view = memoryview(data)
+            for pos, header in iter_headers(data):
+                offset = header.next_offset
+                if aborted.drops(header, view, pos) or header.is_control:
+                    continue
+                _, records = decode_batch(data, pos)
+                seen += [(r.offset, r.value or b"") for r in records]
         return seen
