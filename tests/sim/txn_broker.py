@@ -122,6 +122,9 @@ class TxnBroker(Node):
         appended = self.store.produce(tp, batch)
         header = read_header(batch)
         if appended.error:
+            self.sim.log(f"{self.name}: {tp[0]}-{tp[1]} refused a batch of producer "
+                         f"{header.producer_id} epoch {header.producer_epoch}: "
+                         f"{E(appended.error).name}")
             self.checkers.refused(f"batch_{E(appended.error).name}")
             return appended.error, -1
         _, records = decode_batch(batch)
@@ -149,9 +152,14 @@ class TxnBroker(Node):
         if tp not in self.store.logs:
             return E.NOT_LEADER_OR_FOLLOWER
         appended = self.store.marker(tp, producer_id, producer_epoch, commit, coordinator_epoch)
+        what = (f"{'COMMIT' if commit else 'ABORT'} marker of producer {producer_id} epoch "
+                f"{producer_epoch} from coordinator epoch {coordinator_epoch}")
         if appended.error:
+            self.sim.log(f"{self.name}: {tp[0]}-{tp[1]} refused a {what}: "
+                         f"{E(appended.error).name}")
             self.checkers.refused(f"marker_{E(appended.error).name}")
             return appended.error
+        self.sim.log(f"{self.name}: {tp[0]}-{tp[1]} offset {appended.offset}: {what}")
         self.checkers.marker(tp, producer_id, producer_epoch, commit, coordinator_epoch)
         return 0
 

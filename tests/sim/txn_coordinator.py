@@ -100,6 +100,8 @@ class TxnLog:
 
     def _durable(self, tid: str, entry: TxnLogEntry) -> None:
         self.records.append((log_records.txn_key(tid), log_records.txn_value(entry)))
+        self.sim.log(f"txn log: {tid} {entry.status.kafka_name} producer {entry.producer_id} "
+                     f"epoch {entry.producer_epoch} {sorted(entry.partitions)}")
         self.checkers.logged(tid, entry)
         if entry.status in PREPARED and self.leader is not None:
             self.on_phase("prepared", self.leader)
