@@ -6,7 +6,7 @@ aborted, every partition of an ended transaction given its marker, read_committe
 committed transactions only and whole, fenced producers and coordinators kept out, producer
 epochs never going back, timed-out transactions aborted.
 
-Seeds: `EPOCHLOG_TXN_SIM_SEEDS=START:COUNT` picks the range (default 0:1000; about a minute on 2
+Seeds: `EPOCHLOG_TXN_SIM_SEEDS=START:COUNT` picks the range (default 0:1000; about 30 s on 2 idle
 cores); a failure prints the command that replays it with a trace
 (`python -m tests.sim --txn SEED --verbose`). More seeds with `--run-slow`.
 
