@@ -16,8 +16,8 @@ crash loses nothing that write() took); the restart reopens each log uncleanly, 
 the rebuild of the producer state from the batches run, as at a real broker's start.
 
 `read_committed` is what a read_committed consumer gets, built from the real pieces: the log's
-last stable offset, the aborted transactions `producer_state.aborted_in` lists (what fetch.py
-answers) and the client's `AbortedTransactions` filter (client/aborted.py).
+last stable offset, the aborted transactions `Log.aborted_in` lists from its .txnindex files
+(what fetch.py answers) and the client's `AbortedTransactions` filter (client/aborted.py).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ class PartitionStore:
             return []
         aborted = AbortedTransactions(
             (a.producer_id, a.first_offset)
-            for a in log.producer_state.aborted_in(log.log_start_offset, stable))
+            for a in log.aborted_in(log.log_start_offset, stable))
         seen: list[tuple[int, bytes]] = []
         offset = log.log_start_offset
         while offset < stable:  # a read stops at its segment's end
