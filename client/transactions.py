@@ -206,6 +206,8 @@ class TransactionManager:
         """AddPartitionsToTxn for the partitions written to since the last; the ones added.
         Raises what failed it (the transaction is then abortable or the producer fatal)."""
         wanted = set(self.pending)
+        if not wanted:  # an abort cleared them before this task ran: nothing to add
+            return wanted
         by_topic: dict[str, list[int]] = {}
         for tp in sorted(wanted):
             by_topic.setdefault(tp.topic, []).append(tp.partition)

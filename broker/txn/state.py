@@ -122,8 +122,9 @@ class TxnState:
         if m.status is Status.DEAD:
             return Answer(E.INVALID_TXN_STATE)
         wanted = frozenset(partitions)
-        if m.status is Status.ONGOING and wanted <= m.entry.partitions:
-            return Answer()  # a retry: nothing to write
+        if not wanted or m.status is Status.ONGOING and wanted <= m.entry.partitions:
+            return Answer()  # a retry, or nothing named: nothing to write (no empty
+            # transaction is opened, which would only time out and fence its producer)
         ongoing = m.status is Status.ONGOING
         return self._begin(m, replace(
             m.entry, status=Status.ONGOING, last_update_ms=now_ms,

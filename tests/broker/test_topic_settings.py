@@ -249,9 +249,10 @@ def test_admin_creates_describes_and_deletes_a_topic(admin: AdminClient,
     _wait_for(lambda: all(f.is_dir() for f in folders), "every replica's folder")
 
     admin.delete_topics(["short-lived"], request_timeout=WAIT_S)["short-lived"].result(WAIT_S)
-    _wait_for(lambda: not any(f.exists() for f in folders), "the folders to leave every broker")
-    assert not any(p.name.startswith("short-lived")
-                   for b in cluster.brokers.values() for p in b.data_dir.iterdir())
+    # a log is renamed aside (NAME.<id>-delete) and then removed: wait for both to be gone
+    _wait_for(lambda: not any(p.name.startswith("short-lived") for b in cluster.brokers.values()
+                              for p in b.data_dir.iterdir()),
+              "the folders (and their renamed-aside copies) to leave every broker")
     assert "short-lived" not in _topic_names(cluster)
 
 

@@ -237,3 +237,11 @@ def test_only_idle_ids_expire_and_an_expiring_one_is_busy() -> None:
     fresh = s.init_producer_id("idle", TIMEOUT_MS, now_ms=502)  # a new start, a new id
     assert fresh.error == 0 and fresh.producer_id != pid and fresh.producer_epoch == 0
     assert not s.begin_expire("open")
+
+
+def test_adding_no_partitions_opens_no_transaction() -> None:
+    s = coordinator()
+    pid, epoch = started(s)
+    answer = s.add_partitions("t", pid, epoch, [], 2)
+    assert (answer.error, answer.write) == (0, None)
+    assert s.ids["t"].status is Status.EMPTY
