@@ -32,9 +32,11 @@ from epochlog.protocol.apis.write_txn_markers import (
 )
 from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.registry import APIS
 
 from ..broker_app import groups_of, replicas_of
 from ..config import INTERNAL_LISTENER
+from ..error_answers import error_answer
 from ..groups.coordinator import OFFSETS_TOPIC, wall_clock_ms
 from ..partition import Partition
 from ..replication_wait import wait_for_replication
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
     from ..server import RequestContext
 
 E = ErrorCode
+API = APIS[ApiKey.WRITE_TXN_MARKERS]
 MARKER_TIMEOUT_MS = 30_000
 
 
@@ -53,7 +56,9 @@ async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
                  ) -> WriteTxnMarkersResponse:
     app = ctx.app
     if INTERNAL_LISTENER in app.listeners and ctx.listener != INTERNAL_LISTENER:
-        return _refused(request, E.CLUSTER_AUTHORIZATION_FAILED)
+        answer = error_answer(API, ctx.version, request, E.CLUSTER_AUTHORIZATION_FAILED)
+        assert isinstance(answer, WriteTxnMarkersResponse)
+        return answer
     results: list[WritableTxnMarkerResult] = []
     waits: list[tuple[WritableTxnMarkerPartitionResult, Partition, int, int]] = []
     for marker in request.markers:
@@ -78,15 +83,6 @@ async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
                         groups_of(app).txn_marker(p_result.partition_index, marker.producer_id,
                                                   marker.transaction_result)
     return WriteTxnMarkersResponse(markers=results)
-
-
-def _refused(request: WriteTxnMarkersRequest, code: int) -> WriteTxnMarkersResponse:
-    return WriteTxnMarkersResponse(markers=[WritableTxnMarkerResult(
-        producer_id=m.producer_id, topics=[WritableTxnMarkerTopicResult(
-            name=t.name, partitions=[WritableTxnMarkerPartitionResult(partition_index=i,
-                                                                      error_code=code)
-                                     for i in t.partition_indexes])
-            for t in m.topics]) for m in request.markers])
 
 
 def _append(ctx: RequestContext, marker: WritableTxnMarker, topic: str, index: int,
