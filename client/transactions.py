@@ -127,29 +127,26 @@ class TransactionManager:
     # ----------------------------------------------------------------- checks, state
     def check_can_send(self) -> None:
         """Raise unless records may be sent now (a transaction is open and healthy)."""
-        state = self.state
-        if state is TxnState.IN_TRANSACTION:
+        if self.state is TxnState.IN_TRANSACTION:
             return
-        if state is TxnState.ABORTABLE_ERROR or state is TxnState.FATAL_ERROR:
-            assert self.error is not None
-            raise type(self.error)(f"the transaction cannot take records: {self.error}"
-                                   + (" (abort it)" if state is TxnState.ABORTABLE_ERROR else ""))
+        self.raise_failure()
         raise InvalidTxnStateError(f"send() needs an open transaction (begin_transaction()); "
-                                   f"the producer is {state.value}")
+                                   f"the producer is {self.state.value}")
 
     def raise_failure(self) -> None:
         """Raise what put the producer in ABORTABLE_ERROR or FATAL_ERROR (nothing otherwise)."""
         if self.state is TxnState.ABORTABLE_ERROR or self.state is TxnState.FATAL_ERROR:
             assert self.error is not None
-            raise type(self.error)(str(self.error)
-                                   + (" (abort the transaction)"
-                                      if self.state is TxnState.ABORTABLE_ERROR else ""))
+            raise type(self.error)(f"{self.error} (abort it)"
+                                   if self.state is TxnState.ABORTABLE_ERROR else
+                                   f"the producer can no longer be used: {self.error}")
 
     def may_send(self, tp: TopicPartition) -> bool:
         return tp in self.partitions
 
     def begin(self) -> None:
-        self._fatal_check()
+        if self.state is TxnState.FATAL_ERROR:
+            self.raise_failure()
         if self.state is not TxnState.READY:
             raise InvalidTxnStateError(f"begin_transaction() in state {self.state.value}"
                                        + (": call init_transactions() first"
@@ -177,14 +174,10 @@ class TransactionManager:
         log.warning("transactional id %s: the producer can no longer be used: %s",
                     self.transactional_id, exc)
 
-    def _fatal_check(self) -> None:
-        if self.state is TxnState.FATAL_ERROR:
-            assert self.error is not None
-            raise type(self.error)(f"the producer can no longer be used: {self.error}")
-
     # ----------------------------------------------------------------- the calls
     async def init(self) -> None:
-        self._fatal_check()
+        if self.state is TxnState.FATAL_ERROR:
+            self.raise_failure()
         if self.state not in (TxnState.UNINITIALIZED, TxnState.INITIALIZING):
             raise InvalidTxnStateError(f"init_transactions() in state {self.state.value}")
         self.state = TxnState.INITIALIZING
