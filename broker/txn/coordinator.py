@@ -67,6 +67,7 @@ TICK_MS = 1000  # how often transactions are checked against their timeouts
 RETRY_FIRST_MS = 50
 RETRY_MAX_MS = 1000
 EXPIRED_NAMED_MAX = 10  # ids an expiry's log line names
+EXPIRE_BATCH_MAX = 500  # tombstones per append (a bounded batch); the rest at the next check
 
 _WRITE_ERRORS: dict[int, int] = {
     E.UNKNOWN_TOPIC_OR_PARTITION: E.COORDINATOR_NOT_AVAILABLE,
@@ -354,8 +355,9 @@ class TxnCoordinator:
             await asyncio.sleep(min(TICK_MS, self.expiration_check_ms) / 1000)
 
     async def _expire(self, shard: TxnShard, transactional_ids: list[str]) -> None:
-        """A tombstone for each id (in one append), then the ids are forgotten."""
-        ids = [t for t in transactional_ids if shard.state.begin_expire(t)]
+        """A tombstone for each id (in one append of at most EXPIRE_BATCH_MAX; the rest wait for
+        the next check), then the ids are forgotten."""
+        ids = [t for t in transactional_ids[:EXPIRE_BATCH_MAX] if shard.state.begin_expire(t)]
         if not ids:
             return
         error, _ = await self.topic.append(
