@@ -31,6 +31,7 @@ from typing import Any
 
 from epochlog.protocol.apis.create_topics import CreatableTopic, CreateTopicsRequest
 from epochlog.protocol.error_codes import ErrorCode, name_of
+from epochlog.protocol.topic_names import valid_topic_name
 
 from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig, parse_host_port
 from .controller_link import ControllerLink, ControllerUnavailable
@@ -38,7 +39,6 @@ from .fencing import ControlEpochs
 from .fetcher import FetcherSettings, ReplicaFetcherManager
 from .groups.coordinator import GroupCoordinator
 from .handlers import REGISTRY, load_all
-from .handlers._partitions import valid_topic_name
 from .handlers.fetch import ReadPath
 from .isr import IsrManager
 from .isr_task import IsrTask

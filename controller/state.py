@@ -20,6 +20,9 @@ that follow from them; `take_ready()` hands both over, like etcd-raft's Ready:
 (`ControllerService._commit` is where that rule is enforced.) If the append fails the process must
 stop: the in-memory state would be ahead of the durable one.
 
+Beside this file: what the decisions must tell brokers is noted in an `Outbox`, which builds the
+control requests (outbox.py); a topic request's checks are pure functions (topic_checks.py).
+
 KIP-380 handling of broker changes: a registration from a broker id with no live generation is a
 start-up; one while the old generation is still live, from a new process (another incarnation id),
 is a bounce: the old generation fails first (its leaderships are re-elected from the ISR and it
@@ -38,7 +41,6 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import uuid
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
@@ -48,7 +50,7 @@ from typing import Any
 from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
 from epochlog.protocol.error_codes import ErrorCode
 
-from . import assignment, outbound, rebalance, topic_settings
+from . import outbox, rebalance, topic_checks, topic_settings
 from .model import ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send, Topic
 from .records import (
     BrokerRegistered,
@@ -62,14 +64,11 @@ from .records import (
     TopicCreated,
     TopicDeleted,
 )
-from .unclean_recovery import LOG_END_QUERY, Recoveries
+from .unclean_recovery import Recoveries
 
 log = logging.getLogger("epochlog.controller")
 
-TOPIC_NAME_CHARS_MAX = 249
-TOPIC_PARTITIONS_MAX = 10_000
 TOMBSTONES_MAX = 10_000  # deleted topics remembered for full-state resyncs (volatile)
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
 # Clean elections from outside the ISR (KIP-966), by _pick_leader's source: the counter, the set
 # named in the log line, and why.
@@ -99,18 +98,6 @@ class HeartbeatResult:
     error: int = 0
     is_fenced: bool = True
     should_shut_down: bool = False
-
-
-@dataclass
-class _Outbox:
-    """What the decisions since the last take_ready() must tell brokers."""
-    full: set[int] = field(default_factory=set)  # broker ids that get the whole state
-    leader_and_isr: dict[tuple[str, int], bool] = field(default_factory=dict)  # -> is_new
-    metadata: set[tuple[str, int]] = field(default_factory=set)
-    deleted: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)  # -> replicas
-    stop: dict[int, list[outbound.StopItem]] = field(default_factory=dict)
-    log_end_queries: dict[int, list[tuple[str, int]]] = field(default_factory=dict)  # unclean
-    brokers_changed: bool = False
 
 
 class ControllerState:
@@ -146,7 +133,7 @@ class ControllerState:
         self.counters: Counter[str] = Counter()
         self.tombstones: dict[str, tuple[tuple[int, tuple[int, ...]], ...]] = {}
         self._records: list[Record] = []
-        self._out = _Outbox()
+        self._out = outbox.Outbox()
         self._next_rebalance_ms: int | None = None  # set by the first rebalance_leaders call
         # KIP-966 unclean recovery (unclean_recovery.py); None: an unclean election takes the
         # first live replica at once (unclean_recovery_timeout_ms -1)
@@ -199,9 +186,9 @@ class ControllerState:
 
     def take_ready(self) -> Ready:
         """Records to persist and requests to send since the last call (see the module rule)."""
-        ready = Ready(self._records, self._build_sends())
+        ready = Ready(self._records, self._out.sends(self))
         self._records = []
-        self._out = _Outbox()
+        self._out = outbox.Outbox()
         return ready
 
     def durable_view(self) -> dict[str, Any]:
@@ -775,7 +762,7 @@ class ControllerState:
                      assignments: Mapping[int, Sequence[int]] | None,
                      configs: Mapping[str, str | None], validate_only: bool = False
                      ) -> CreateTopicResult:
-        error, message = self._check_topic_name(name)
+        error, message = topic_checks.check_name(name)
         if error:
             return CreateTopicResult(error, message)
         if name in self.topics:
@@ -787,13 +774,14 @@ class ControllerState:
             if num_partitions != -1 or replication_factor != -1:
                 return CreateTopicResult(E.INVALID_REQUEST, "give either an assignment or "
                                          "partitions and replication factor, not both")
-            error, message, replica_lists = self._check_assignment(assignments)
+            error, message, replica_lists = topic_checks.check_assignment(assignments,
+                                                                             self.brokers)
         else:
             error, message, replica_lists = self._auto_assignment(num_partitions,
                                                                   replication_factor)
         if error:
             return CreateTopicResult(error, message)
-        too_many = self._min_insync_above(overrides, len(replica_lists[0]))
+        too_many = topic_checks.min_insync_above(overrides, len(replica_lists[0]))
         if too_many:
             return CreateTopicResult(E.INVALID_CONFIG, too_many)
         result = CreateTopicResult(0, None, uuid.UUID(int=self.rng.getrandbits(128), version=4),
@@ -809,16 +797,6 @@ class ControllerState:
                  overrides)
         return result
 
-    @staticmethod
-    def _min_insync_above(overrides: Mapping[str, str], replication_factor: int) -> str | None:
-        """Why min.insync.replicas cannot be met (above the replication factor), or None: such
-        a topic would refuse every acks=all write, so it is refused when set, not later."""
-        wanted = overrides.get("min.insync.replicas")
-        if wanted is not None and int(wanted) > replication_factor:
-            return (f"min.insync.replicas={wanted} is above the replication factor "
-                    f"{replication_factor}: acks=all writes could never succeed")
-        return None
-
     def alter_topic_configs(self, name: str, configs: Mapping[str, str | None],
                             validate_only: bool = False) -> tuple[int, str | None]:
         """Replace a topic's own settings with configs (a null value: back to the default);
@@ -832,7 +810,7 @@ class ControllerState:
             return E.INVALID_CONFIG, bad
         replication_factor = max((len(p.replicas) for p in topic.partitions.values()),
                                  default=0)
-        too_many = self._min_insync_above(overrides, replication_factor)
+        too_many = topic_checks.min_insync_above(overrides, replication_factor)
         if too_many:
             return E.INVALID_CONFIG, too_many
         if validate_only or overrides == topic.configs:
@@ -864,47 +842,19 @@ class ControllerState:
         self._out.leader_and_isr[(topic.name, index)] = True
         self._out.metadata.add((topic.name, index))
 
-    def _check_topic_name(self, name: str) -> tuple[int, str | None]:
-        if (not name or len(name) > TOPIC_NAME_CHARS_MAX or name in (".", "..")
-                or not _LEGAL_TOPIC.match(name)):
-            return E.INVALID_TOPIC_EXCEPTION, (f"topic name {name!r} must be 1-"
-                                               f"{TOPIC_NAME_CHARS_MAX} of [a-zA-Z0-9._-]")
-        return 0, None
-
     def _auto_assignment(self, num_partitions: int, replication_factor: int
                          ) -> tuple[int, str | None, list[tuple[int, ...]]]:
+        """topic_checks.auto_assignment with the cluster's defaults for -1 (Kafka's
+        num.partitions and default.replication.factor; unset, min(3, eligible brokers))."""
         eligible = [(b.broker_id, b.rack) for b in self.brokers.values() if b.eligible]
         if num_partitions == -1:
             num_partitions = self.default_num_partitions
-        if not 1 <= num_partitions <= TOPIC_PARTITIONS_MAX:
-            return E.INVALID_PARTITIONS, f"partitions must be 1-{TOPIC_PARTITIONS_MAX}", []
         if replication_factor == -1:
             replication_factor = self.default_replication_factor
             if replication_factor == -1:
                 replication_factor = min(3, len(eligible))
-        if replication_factor < 1 or replication_factor > len(eligible):
-            return (E.INVALID_REPLICATION_FACTOR, f"replication factor {replication_factor} "
-                    f"needs that many live brokers; {len(eligible)} are live", [])
-        start = self.rng.randrange(len(eligible))
-        return 0, None, assignment.assign(eligible, num_partitions, replication_factor, start)
-
-    def _check_assignment(self, assignments: Mapping[int, Sequence[int]]
-                          ) -> tuple[int, str | None, list[tuple[int, ...]]]:
-        indexes = sorted(assignments)
-        if indexes != list(range(len(indexes))) or len(indexes) > TOPIC_PARTITIONS_MAX:
-            return E.INVALID_REPLICA_ASSIGNMENT, "partition indexes must be 0..n-1", []
-        lists = [tuple(assignments[i]) for i in indexes]
-        for replicas in lists:
-            if not replicas or len(set(replicas)) != len(replicas):
-                return E.INVALID_REPLICA_ASSIGNMENT, "replica lists must be non-empty, " \
-                    "without duplicates", []
-            if len(replicas) != len(lists[0]):
-                return E.INVALID_REPLICA_ASSIGNMENT, "partitions must have equal replica " \
-                    "counts", []
-            unknown = [r for r in replicas if r not in self.brokers]
-            if unknown:
-                return E.INVALID_REPLICA_ASSIGNMENT, f"unknown brokers {unknown}", []
-        return 0, None, lists
+        return topic_checks.auto_assignment(eligible, num_partitions, replication_factor,
+                                            self.rng)
 
     def create_partitions(self, topic_name: str, count: int,
                           assignments: Sequence[Sequence[int]] | None,
@@ -913,15 +863,15 @@ class ControllerState:
         if topic is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic_name!r}"
         current = len(topic.partitions)
-        if count <= current or count > TOPIC_PARTITIONS_MAX:
+        if count <= current or count > topic_checks.TOPIC_PARTITIONS_MAX:
             return E.INVALID_PARTITIONS, (f"topic {topic_name} has {current} partitions; ask for "
-                                          f"more (at most {TOPIC_PARTITIONS_MAX})")
+                                          f"more (at most {topic_checks.TOPIC_PARTITIONS_MAX})")
         rf = len(topic.partitions[0].replicas)
         if assignments:
             if len(assignments) != count - current:
                 return E.INVALID_REPLICA_ASSIGNMENT, f"{count - current} assignments expected"
-            error, message, lists = self._check_assignment(
-                {i: a for i, a in enumerate(assignments)})
+            error, message, lists = topic_checks.check_assignment(
+                dict(enumerate(assignments)), self.brokers)
             if not error and len(lists[0]) != rf:
                 error, message = E.INVALID_REPLICA_ASSIGNMENT, f"replication factor is {rf}"
         else:
@@ -1004,68 +954,9 @@ class ControllerState:
             self._out.leader_and_isr.setdefault((topic.name, index), False)
 
     # -------------------------------------------------------------------------- sends
-    def _build_sends(self) -> list[Send]:
-        out = self._out
-        sends: list[Send] = []
-        um_delta: list[outbound.UmItem] = [
-            (t, i, self.topics[t].partitions[i], ()) for t, i in sorted(out.metadata)
-            if t in self.topics]
-        um_delta += [(t, i, None, replicas) for (t, i), replicas in sorted(out.deleted.items())]
-        for bid, broker in sorted(self.brokers.items()):
-            if not broker.live:
-                continue
-            if bid in out.full:
-                sends += self.full_state_sends(bid)
-            else:
-                lai = [(t, i, self.topics[t].partitions[i], is_new)
-                       for (t, i), is_new in sorted(out.leader_and_isr.items())
-                       if t in self.topics and bid in self.topics[t].partitions[i].replicas]
-                if lai:
-                    sends.append(self._lai_send(broker, lai))
-                if um_delta or out.brokers_changed:
-                    sends.append(self._um_send(broker, um_delta))
-            if out.stop.get(bid):
-                sends.append(Send(bid, broker.broker_epoch, outbound.STOP_REPLICA_KEY,
-                                  outbound.STOP_REPLICA_VERSION,
-                                  outbound.stop_replica(self.controller_id, self.controller_epoch,
-                                                        broker.broker_epoch, out.stop[bid])))
-            if out.log_end_queries.get(bid):  # after the LeaderAndIsr that opens the logs
-                sends.append(Send(bid, broker.broker_epoch, outbound.LOG_END_QUERY_KEY,
-                                  outbound.LOG_END_QUERY_VERSION,
-                                  outbound.log_end_query(LOG_END_QUERY, [
-                                      (t, i, self.topics[t].partitions[i].leader_epoch)
-                                      for t, i in out.log_end_queries[bid] if t in self.topics])))
-        return sends
-
     def full_state_sends(self, broker_id: int) -> list[Send]:
-        """The whole state for one live generation: UpdateMetadata with every partition (and
-        the deletion markers remembered), then LeaderAndIsr with every partition it hosts (sent
-        even when empty: it tells the broker which of its local partitions are still its)."""
-        broker = self.brokers[broker_id]
-        um: list[outbound.UmItem] = []
-        lai: list[outbound.LaiItem] = []
-        for name, topic in sorted(self.topics.items()):
-            for index, p in sorted(topic.partitions.items()):
-                um.append((name, index, p, ()))
-                if broker_id in p.replicas:
-                    lai.append((name, index, p, False))
-        for name, parts in self.tombstones.items():
-            if name not in self.topics:
-                um += [(name, index, None, replicas) for index, replicas in parts]
-        return [self._um_send(broker, um), self._lai_send(broker, lai)]
-
-    def _lai_send(self, broker: Broker, items: list[outbound.LaiItem]) -> Send:
-        msg = outbound.leader_and_isr(self.controller_id, self.controller_epoch,
-                                      broker.broker_epoch, items, self.brokers)
-        return Send(broker.broker_id, broker.broker_epoch, outbound.LEADER_AND_ISR_KEY,
-                    outbound.LEADER_AND_ISR_VERSION, msg)
-
-    def _um_send(self, broker: Broker, items: list[outbound.UmItem]) -> Send:
-        msg = outbound.update_metadata(self.controller_id, self.controller_epoch,
-                                       broker.broker_epoch, items, self.brokers,
-                                       {name: t.topic_id for name, t in self.topics.items()})
-        return Send(broker.broker_id, broker.broker_epoch, outbound.UPDATE_METADATA_KEY,
-                    outbound.UPDATE_METADATA_VERSION, msg)
+        """The whole state for one live generation (outbox.full_state_sends)."""
+        return outbox.full_state_sends(self, broker_id)
 
 
 def _without(isr: tuple[int, ...], broker_id: int) -> tuple[int, ...]:

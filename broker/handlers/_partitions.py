@@ -69,13 +69,3 @@ def high_watermark_known(partition: Partition) -> bool:
     may lie above it. A follower's is what its leader told it."""
     return not partition.is_leader or partition.high_watermark >= \
         leader_epoch_start_offset(partition)
-
-
-TOPIC_NAME_CHARS_MAX = 249
-_TOPIC_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
-
-
-def valid_topic_name(name: str) -> bool:
-    """Kafka's rule (the controller applies the same one when creating)."""
-    return (0 < len(name) <= TOPIC_NAME_CHARS_MAX and name not in (".", "..")
-            and all(c in _TOPIC_CHARS for c in name))

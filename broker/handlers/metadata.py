@@ -37,11 +37,11 @@ from epochlog.protocol.apis.metadata import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.schema import ZERO_UUID
+from epochlog.protocol.topic_names import valid_topic_name
 
 from ..metadata_cache import MetadataCache
 from . import register
 from ._acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, UNREQUESTED
-from ._partitions import valid_topic_name
 
 if TYPE_CHECKING:
     from ..broker_app import BrokerApp

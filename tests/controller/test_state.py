@@ -209,6 +209,11 @@ def test_default_replication_factor_is_min_3_live_brokers() -> None:
     assert s.create_topic("too", 1, 5, None, {}).error == E.INVALID_REPLICATION_FACTOR
     assert s.create_topic("big", 1, 1, None, {}).error == E.TOPIC_ALREADY_EXISTS
     assert s.create_topic("bad/name", 1, 1, None, {}).error == E.INVALID_TOPIC_EXCEPTION
+    # Kafka's rule, the one the brokers apply: a regex's "$" once let a trailing newline in
+    for bad in ("bad\n", ".", "..", "", "x" * 250, "caf\u00e9"):
+        r = s.create_topic(bad, 1, 1, None, {})
+        assert r.error == E.INVALID_TOPIC_EXCEPTION and "[a-zA-Z0-9._-]" in (r.message or "")
+    assert s.create_topic("x" * 249, 1, 1, None, {}).error == 0
     assert s.create_topic("cfg", 1, 1, None, {"retention.ms": "soon"}).error == E.INVALID_CONFIG
     assert s.create_topic("cfg", 1, 1, None, {"no.such": "1"}).error == E.INVALID_CONFIG
 
