@@ -257,3 +257,64 @@ def test_the_aborted_list_costs_no_memory_per_transaction(tmp_path) -> None:
     assert not hasattr(log.producer_state, "aborted")
     assert len(log.aborted_in(0, log.log_end_offset)) == 300
     log.close()
+
+
+@pytest.mark.parametrize("step", ["swap decided", "old segments deleted", "txnindex renamed"])
+def test_a_crash_mid_swap_keeps_the_aborted_transactions(tmp_path, step: str) -> None:
+    """Compaction swaps in a cleaned segment whose `.txnindex` holds the entries of the segments
+    it replaced (two aborts here, in its first and in a later one). Killed at any step of the
+    swap, the open completes it and read_committed answers as before: the cleaned `.txnindex`
+    takes the first segment's name, the later segments' files (their `.txnindex` too) go."""
+    from epochlog.broker.storage.segment_swap import DELETED_SUFFIX, SWAP_SUFFIX, segment_paths
+
+    c = Compacted(tmp_path)
+    c.put([(b"k", b"committed" + b"." * 40)])
+    c.put([(b"k", b"aborted" + b"." * 40)], producer_id=PID, producer_epoch=0, base_sequence=0,
+          is_transactional=True)
+    c.log.append_as_leader(abort(PID), 0)
+    c.log.roll()  # small segments, so that one cleaned group replaces several
+    updates(c, 1, keys=3)
+    c.log.roll()
+    c.put([(b"o", b"aborted" + b"." * 40)], producer_id=OTHER, producer_epoch=0,
+          base_sequence=0, is_transactional=True)
+    c.log.append_as_leader(abort(OTHER), 0)
+    updates(c, 2, keys=3)
+    c.log.roll()
+    updates(c, 60, keys=3)
+    c.log.update_high_watermark(c.log.log_end_offset)
+    before = c.log.aborted_in(0, c.log.log_end_offset)
+    assert [t.producer_id for t in before] == [PID, OTHER]
+    second = next(s for s in c.log.segments if s.txn_index.last_offset == before[1].last_offset)
+    assert second.base_offset > 0 and os.path.exists(second.txn_index.path)
+    c.log.flush()  # the open after the crash replays from a snapshot past both aborts: it
+    c.manager.write_checkpoints()  # must find their entries in the files, not re-derive them
+
+    job = c.cleaner.choose()
+    assert job is not None
+    result = job.run()
+    assert result.error is None and result.groups
+    group = result.groups[0]
+    assert group.base_offset == 0 and group.next_offset > before[1].last_offset, \
+        "both aborts must lie in the first cleaned group"
+    directory = c.log.directory
+    cleaned = segment_paths(directory, 0, ".cleaned")
+    swapped = segment_paths(directory, 0, SWAP_SUFFIX)
+    for source, target in zip(cleaned, swapped, strict=True):
+        os.rename(source, target)
+    if step in ("old segments deleted", "txnindex renamed"):
+        for view in group.views:
+            for path in segment_paths(directory, view.base_offset):
+                if os.path.exists(path):
+                    os.rename(path, path + DELETED_SUFFIX)
+    if step == "txnindex renamed":  # step 3 names the .txnindex first and the .log last
+        os.rename(swapped[3], segment_paths(directory, 0)[3])
+    c.crash_and_reopen()
+
+    assert c.log.aborted_in(0, c.log.log_end_offset) == before
+    assert list(c.log.segments[0].txn_index.entries()) == before
+    assert c.log.segments[0].next_offset == group.next_offset, "the swap was not completed"
+    names = os.listdir(directory)
+    assert not [n for n in names if n.endswith((SWAP_SUFFIX, DELETED_SUFFIX, ".cleaned"))]
+    logs = {n.partition(".")[0] for n in names if n.endswith(".log")}
+    assert not [n for n in names if n.endswith(".txnindex") and n.partition(".")[0] not in logs]
+    assert {v for _, k, v in records_of(c.log) if k == b"k"} == {b"committed" + b"." * 40}
