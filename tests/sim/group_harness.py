@@ -25,7 +25,7 @@ import dataclasses
 import logging
 import random
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from epochlog.broker.groups.state import GroupSettings
@@ -35,6 +35,7 @@ from .group_checkers import GroupCheckers
 from .group_coordinator import GroupBroker, GroupCluster
 from .group_member_node import MemberNode
 from .network import Network
+from .result import SimResult
 from .scheduler import Scheduler
 
 TOPIC = "orders"
@@ -78,34 +79,18 @@ def group_settings_for(seed: int, **overrides: Any) -> GroupSimSettings:
     return dataclasses.replace(base, **overrides)
 
 
-@dataclass
-class GroupResult:
-    seed: int
-    settings: GroupSimSettings
-    violations: list[str] = field(default_factory=list)
-    liveness: list[str] = field(default_factory=list)
-    error: str | None = None
-    figures: dict[str, Any] = field(default_factory=dict)
-    trace: list[str] = field(default_factory=list)
+class GroupResult(SimResult[GroupSimSettings]):
+    def seed_name(self) -> str:
+        return f"group seed {self.seed}"
 
-    @property
-    def ok(self) -> bool:
-        """Safe: no violation, no exception (liveness is reported apart, as for the cluster)."""
-        return not self.violations and self.error is None
-
-    def describe(self) -> str:
+    def shape(self) -> str:
         s = self.settings
-        lines = [f"group seed {self.seed}: {'ok' if self.ok else 'FAILED'} ({s.members} "
-                 f"members, {s.partitions} partitions, {'+'.join(STRATEGIES[s.strategy])}"
-                 f"{', static' if s.static else ''}) {self.figures}"]
-        if self.error:
-            lines.append(f"  exception: {self.error}")
-        lines += [f"  violation: {v}" for v in self.violations[:10]]
-        lines += [f"  liveness: {v}" for v in self.liveness[:10]]
-        if not self.ok or self.liveness:
-            broken = f" --broken={s.broken}" if s.broken else ""
-            lines.append(f"  replay: python -m tests.sim --group {self.seed}{broken} --verbose")
-        return "\n".join(lines)
+        return (f"{s.members} members, {s.partitions} partitions, "
+                f"{'+'.join(STRATEGIES[s.strategy])}{', static' if s.static else ''}")
+
+    def replay_command(self) -> str:
+        broken = f" --broken={self.settings.broken}" if self.settings.broken else ""
+        return f"python -m tests.sim --group {self.seed}{broken} --verbose"
 
 
 class GroupSimulation:

@@ -23,7 +23,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .broker_node import BrokerNode
@@ -32,6 +32,7 @@ from .controller_node import ControllerNode
 from .faults import FaultInjector
 from .network import Network
 from .producer import SimProducer
+from .result import SimResult
 from .scheduler import Scheduler
 
 TOPIC = "sim"
@@ -85,19 +86,9 @@ def settings_for(seed: int, **overrides: object) -> Settings:
     return dataclasses.replace(base, **overrides)  # type: ignore[arg-type]
 
 
-@dataclass
-class Result:
-    seed: int
-    settings: Settings
-    violations: list[str] = field(default_factory=list)
-    liveness: list[str] = field(default_factory=list)
-    error: str | None = None
-    figures: dict[str, Any] = field(default_factory=dict)
-    trace: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return not self.violations and self.error is None
+class Result(SimResult[Settings]):
+    def shape(self) -> str:
+        return f"{self.settings.brokers} brokers, {self.settings.partitions} partitions"
 
     def replay_command(self) -> str:
         flags = "".join(f" --{f.name.replace('_', '-')}={getattr(self.settings, f.name)}"
@@ -105,18 +96,6 @@ class Result:
                         if getattr(self.settings, f.name) !=
                         getattr(settings_for(self.seed), f.name))
         return f"python -m tests.sim {self.seed}{flags} --verbose"
-
-    def describe(self) -> str:
-        lines = [f"seed {self.seed}: {'ok' if self.ok else 'FAILED'} "
-                 f"({self.settings.brokers} brokers, {self.settings.partitions} partitions) "
-                 f"{self.figures}"]
-        if self.error:
-            lines.append(f"  exception: {self.error}")
-        lines += [f"  violation: {v}" for v in self.violations[:10]]
-        lines += [f"  liveness: {v}" for v in self.liveness[:10]]
-        if not self.ok:
-            lines.append(f"  replay: {self.replay_command()}")
-        return "\n".join(lines)
 
 
 class _SimTimeFormatter(logging.Formatter):

@@ -34,12 +34,13 @@ import random
 import shutil
 import tempfile
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from epochlog.broker.txn import state
 
 from .network import Network
+from .result import SimResult
 from .scheduler import Scheduler
 from .txn_broker import TxnBroker
 from .txn_checkers import TxnCheckers
@@ -86,33 +87,20 @@ def txn_settings_for(seed: int, **overrides: Any) -> TxnSimSettings:
     return dataclasses.replace(base, **overrides)
 
 
-@dataclass
-class TxnResult:
-    seed: int
-    settings: TxnSimSettings
-    violations: list[str] = field(default_factory=list)
-    liveness: list[str] = field(default_factory=list)
-    error: str | None = None
-    figures: dict[str, Any] = field(default_factory=dict)
-    trace: list[str] = field(default_factory=list)
+class TxnResult(SimResult[TxnSimSettings]):
+    LIVENESS_FAILS = True
 
-    @property
-    def ok(self) -> bool:
-        return not self.violations and not self.liveness and self.error is None
+    def seed_name(self) -> str:
+        return f"txn seed {self.seed}"
 
-    def describe(self) -> str:
+    def shape(self) -> str:
         s = self.settings
-        lines = [f"txn seed {self.seed}: {'ok' if self.ok else 'FAILED'} ({s.partitions} "
-                 f"partitions, {s.producers} producers over {s.transactional_ids} ids) "
-                 f"{self.figures}"]
-        if self.error:
-            lines.append(f"  exception: {self.error}")
-        lines += [f"  violation: {v}" for v in self.violations[:10]]
-        lines += [f"  liveness: {v}" for v in self.liveness[:10]]
-        if not self.ok:
-            broken = f" --broken={s.broken}" if s.broken else ""
-            lines.append(f"  replay: python -m tests.sim --txn {self.seed}{broken} --verbose")
-        return "\n".join(lines)
+        return (f"{s.partitions} partitions, {s.producers} producers over "
+                f"{s.transactional_ids} ids")
+
+    def replay_command(self) -> str:
+        broken = f" --broken={self.settings.broken}" if self.settings.broken else ""
+        return f"python -m tests.sim --txn {self.seed}{broken} --verbose"
 
 
 class TxnSimulation:
