@@ -9,7 +9,9 @@ Kafka's `Partition.maybeShrinkIsr` / `maybeExpandIsr` do:
     shrink  ISR members that are out of sync: not caught up for `lag_time_max_ms` and not at our
             log end (Partition.lagging_followers, Kafka's lastCaughtUpTimeMs rule).
     expand  one follower outside the ISR whose log end is >= the high watermark and >= the start
-            offset of our leader epoch (Partition.may_join_isr), which the metadata cache shows
+            offset of our leader epoch (Partition.may_join_isr), which the shrink rule would
+            keep (Partition.keeps_up: Kafka expands only as a follower fetches, so one that
+            stopped fetching never joins), which the metadata cache shows
             live (`replica_live`) and which the controller has not just refused as
             INELIGIBLE_REPLICA (then it waits `retry_backoff_ms`, so a dead or fenced broker is
             not proposed in a tight loop). Shrinks go first; expansions one replica at a time.
@@ -135,6 +137,7 @@ class IsrManager:
                                   left=tuple(lagging), why=why)
         for r in p.state.replicas:
             if (r != self.broker_id and p.may_join_isr(r) and self.replica_live(r)
+                    and p.keeps_up(r, self.lag_time_max_ms)
                     and (p.topic, p.index, r) not in self._ineligible_until):
                 why = (f"{r} caught up: log end {p.followers[r].log_end_offset} >= high "
                        f"watermark {p.high_watermark} and leader epoch start "

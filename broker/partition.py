@@ -455,7 +455,19 @@ class Partition:
         and not at our log end. A member we have no progress for counts from when we began
         to lead."""
         now = self.clock()
-        end = self.log_end_offset
         return [r for r in self.isr if r != self.broker_id and r in self.followers
-                and self.followers[r].log_end_offset != end
-                and now - self.followers[r].last_caught_up_ms > lag_ms_max]
+                and self._lagging(self.followers[r], lag_ms_max, now)]
+
+    def keeps_up(self, replica_id: int, lag_ms_max: int) -> bool:
+        """A follower the shrink rule would keep: at our log end or caught up within
+        lag_ms_max. Kafka expands the ISR only as a follower fetches, so a follower that stopped
+        fetching (paused, its session not yet expired) is never added back; we decide on a
+        timer, so without this it would be: while the ISR is below min.insync.replicas the high
+        watermark stands still (KIP-966), its old log end stays >= it, and it would join and be
+        shrunk away again every lag_ms_max, with acks=all writes waiting on it each time."""
+        progress = self.followers.get(replica_id)
+        return progress is not None and not self._lagging(progress, lag_ms_max, self.clock())
+
+    def _lagging(self, progress: FollowerProgress, lag_ms_max: int, now: int) -> bool:
+        return (progress.log_end_offset != self.log_end_offset
+                and now - progress.last_caught_up_ms > lag_ms_max)

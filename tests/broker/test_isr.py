@@ -192,6 +192,31 @@ def test_a_follower_rejoins_once_it_reaches_the_high_watermark(leader: Partition
     assert leader.isr == (ME, F2, F3) and isr.counters.expands_total == 1
 
 
+def test_a_follower_that_stopped_fetching_does_not_flap_back_in_below_min_isr(
+        leader: Partition, clock: Clock) -> None:
+    """Both followers stop fetching (paused, their sessions still alive). With the ISR shrunk
+    below min.insync.replicas the high watermark stands still (KIP-966), so a stopped
+    follower's old log end stays >= it; it must not rejoin (and be shrunk again, every
+    lag_time_max_ms: seen as acks=all writes timing out instead of NOT_ENOUGH_REPLICAS) until
+    it fetches again, as Kafka expands only on a fetch."""
+    isr = manager(clock)
+    append(leader, 3)
+    fetch_all(leader, F2, F3)
+    assert leader.apply(answered(leader, (ME, F2)))  # F3 already out; now F2 stops as well
+    append(leader, 2)
+    clock.ms += LAG_MS + 1
+    [shrink] = isr.due([leader])
+    assert shrink.left == (F2,)
+    assert isr.on_answer(leader, shrink, 0, answered(leader, (ME,)))
+    assert leader.high_watermark == 3 and leader.log_end_offset == 5, "frozen below min ISR"
+    for _ in range(5):
+        clock.ms += LAG_MS + 1
+        assert isr.due([leader]) == [], "a follower that stopped fetching was proposed back"
+    leader.update_follower(F2, 5)  # fetching again, at our log end
+    [expand] = isr.due([leader])
+    assert expand.joined == (F2,)
+
+
 def test_no_rejoin_before_the_start_of_our_leader_epoch(tmp_path: Path, clock: Clock) -> None:
     """A follower at the high watermark but short of our epoch's start offset may still hold a
     divergent tail below it: it must fetch into our epoch first."""
