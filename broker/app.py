@@ -34,7 +34,7 @@ from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.topic_names import valid_topic_name
 
 from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig, parse_host_port
-from .controller_link import ControllerLink, ControllerUnavailable
+from .controller_link import ControllerLink, ControllerLinkClosed, ControllerUnavailable
 from .fencing import ControlEpochs
 from .fetcher import FetcherSettings, ReplicaFetcherManager
 from .groups.coordinator import GroupCoordinator
@@ -284,7 +284,10 @@ class Broker:
         assert self.replicas is not None and self.controller is not None
         while True:
             await asyncio.sleep(TOPIC_SETTINGS_REFRESH_MS / 1000)
-            await self.replicas.refresh_topic_settings(self.controller.forward)
+            try:
+                await self.replicas.refresh_topic_settings(self.controller.forward)
+            except ControllerLinkClosed:
+                return  # the broker is stopping
 
     async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
         """Each wake, up to CLEANER_PASSES_PER_WAKE_MAX passes: choose (loop), run (executor
@@ -349,6 +352,8 @@ class Broker:
             for n in names])
         try:
             answer = await self.controller.forward(19, None, request)
+        except ControllerLinkClosed:
+            return  # the broker is stopping: not a fault
         except ControllerUnavailable as exc:
             log.warning("auto-creating %s failed: %s", names, exc)
             return

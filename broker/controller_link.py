@@ -70,6 +70,11 @@ class ControllerUnavailable(ConnectionError):
     """The controller could not be reached or did not answer in time."""
 
 
+class ControllerLinkClosed(ControllerUnavailable):
+    """The broker is stopping: its link to the controller is closed and sends nothing more (a
+    request in flight when it closed fails with this too). Not a fault to warn about."""
+
+
 class ControllerLink:
     def __init__(self, config: BrokerConfig, epochs: ControlEpochs,
                  listeners: Mapping[str, tuple[str, int]],
@@ -107,17 +112,42 @@ class ControllerLink:
             # not after a request timeout as long as the session itself.
             timeout_ms = min(timeout_ms, max(HEARTBEAT_TIMEOUT_MS_MIN,
                                              2 * self.config.broker_heartbeat_interval_ms))
+        conn = Connection(host, port, client_id=f"epochlog-broker-{purpose}",
+                          request_timeout_ms=timeout_ms, connect_timeout_ms=timeout_ms)
         try:
-            conn = await Connection(host, port, client_id=f"epochlog-broker-{purpose}",
-                                    request_timeout_ms=timeout_ms,
-                                    connect_timeout_ms=timeout_ms).connect()
+            await conn.connect()
         except (TimeoutError, OSError) as exc:
+            await conn.close()
             raise ControllerUnavailable(f"controller {host}:{port}: {exc}") from exc
+        except asyncio.CancelledError:  # close() while connecting: no socket left behind
+            await conn.close()
+            raise
         self._conns[purpose] = conn
         return conn
 
     async def _request(self, purpose: str, key: int, message: Message,
                        version: int | None = None) -> Any:
+        """One request on the purpose's connection and its answer; ControllerUnavailable if it
+        fails. close() ends it at once with ControllerLinkClosed, wherever it is (connecting,
+        negotiating versions, waiting for the answer), and a closed link sends nothing."""
+        api = APIS[key]
+        if self._stopping.is_set():
+            raise ControllerLinkClosed(f"{api.name}: the broker is stopping")
+        work = asyncio.ensure_future(self._exchange(purpose, key, message, version))
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait((work, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.gather(work, return_exceptions=True)
+        if work.cancelled() or (work.exception() is not None and self._stopping.is_set()):
+            raise ControllerLinkClosed(f"{api.name}: the broker is stopping")
+        return work.result()
+
+    async def _exchange(self, purpose: str, key: int, message: Message,
+                        version: int | None) -> Any:
         conn = await self._connection(purpose)
         api = APIS[key]
         try:

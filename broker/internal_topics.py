@@ -32,7 +32,7 @@ from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.records import Record, build_batch, decode_batches
 
 from .broker_app import controller_of, replicas_of
-from .controller_link import ControllerUnavailable
+from .controller_link import ControllerLinkClosed, ControllerUnavailable
 from .partition import Partition
 from .replication_wait import replication_error
 from .storage import StorageError
@@ -132,6 +132,8 @@ class InternalTopic:
                 configs=[CreatableTopicConfig(name=k, value=v) for k, v in attempt])])
             try:
                 answer = await controller_of(self.app).forward(ApiKey.CREATE_TOPICS, None, request)
+            except ControllerLinkClosed:
+                return  # the broker is stopping: not a fault
             except ControllerUnavailable as exc:
                 log.warning("creating %s failed: %s", self.name, exc)
                 return

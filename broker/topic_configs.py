@@ -36,6 +36,7 @@ from epochlog.protocol.apis.describe_configs import (
 )
 from epochlog.protocol.error_codes import name_of
 
+from .controller_link import ControllerLinkClosed
 from .storage import LogConfig, LogConfigError
 
 log = logging.getLogger("epochlog.broker")
@@ -142,7 +143,8 @@ class TopicConfigs:
             log.info("topic %s: settings forgotten (no partition of it left here)", topic)
 
     async def ensure(self, topics: Iterable[str], fetch: Fetch) -> None:
-        """Ask the controller for these topics' settings (bounded); remember what it answers."""
+        """Ask the controller for these topics' settings (bounded); remember what it answers.
+        ControllerLinkClosed if the broker stops meanwhile."""
         wanted = sorted(set(topics))
         for start in range(0, len(wanted), TOPICS_PER_REQUEST_MAX):
             chunk = wanted[start:start + TOPICS_PER_REQUEST_MAX]
@@ -162,6 +164,8 @@ class TopicConfigs:
                 async with asyncio.timeout(DESCRIBE_TRY_MS_MAX / 1000):
                     answer = await fetch(DESCRIBE_CONFIGS_KEY, None, request)
                 return {r.resource_name: _result(r) for r in answer.results}
+            except ControllerLinkClosed:
+                raise  # the broker is stopping: nothing to warn about, nothing to retry
             except (ConnectionError, TimeoutError) as exc:
                 log.warning("DescribeConfigs for %d topics failed (try %d/%d): %s", len(topics),
                             attempt, DESCRIBE_TRIES_MAX, exc or type(exc).__name__)

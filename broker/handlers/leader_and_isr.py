@@ -31,6 +31,7 @@ from epochlog.protocol.apis.leader_and_isr import (
 )
 
 from ..broker_app import controller_of, replicas_of
+from ..controller_link import ControllerLinkClosed
 from ..partition import PartitionState
 from . import register
 from ._control import admitted
@@ -46,9 +47,13 @@ async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAnd
     if not await app.control_request_ready("LeaderAndIsr"):
         return None  # no generation to judge it against: unanswered, the controller resends
     # Settings first: fencing and applying must see the same epochs, with no await between.
-    await replicas_of(app).load_topic_settings(
-        [((t.topic_name, ps.partition_index), ps.is_new)
-         for t in request.topic_states for ps in t.partition_states], controller_of(app).forward)
+    try:
+        await replicas_of(app).load_topic_settings(
+            [((t.topic_name, ps.partition_index), ps.is_new)
+             for t in request.topic_states for ps in t.partition_states],
+            controller_of(app).forward)
+    except ControllerLinkClosed:
+        return None  # stopping: nothing is opened any more, and nothing answered
     error = await admitted(app, "LeaderAndIsr", request)  # again: our generation may have
     if error is None:                                     # ended while settings were fetched
         return None

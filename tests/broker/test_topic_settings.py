@@ -322,3 +322,51 @@ def test_topic_configs_fall_back_to_defaults_without_remembering() -> None:
     asyncio.run(configs.ensure(["gone"], fetch))
     assert len(asked) == DESCRIBE_TRIES_MAX + 1 and not configs.knows("gone")
     assert configs.get("gone") == configs.defaults
+
+
+def test_a_stopping_broker_neither_warns_nor_retries_nor_reconnects(caplog) -> None:
+    """The broker stops while a LeaderAndIsr waits for settings: closing the controller link
+    fails the request in flight with ControllerLinkClosed, which TopicConfigs passes up at once
+    (no warning, no retry: seen as a stray WARNING in `cluster up`'s clean stop), and a closed
+    link never opens a new connection. Against a real socket that accepts and never answers."""
+    from epochlog.broker.controller_link import ControllerLink, ControllerLinkClosed
+    from epochlog.broker.fencing import ControlEpochs
+
+    async def scenario() -> tuple[int, int]:
+        accepted = 0
+        ended = asyncio.Event()
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            await reader.read()  # until the link closes it
+            writer.close()
+            ended.set()
+
+        server = await asyncio.start_server(silent, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        config = BrokerConfig(broker_id=1, data_dir="unused", controller=f"127.0.0.1:{port}",
+                              controller_request_timeout_ms=60_000)
+        link = ControllerLink(config, ControlEpochs(1), {"EXTERNAL": ("127.0.0.1", 9092)},
+                              on_generation_lost=lambda why: None)
+        configs = TopicConfigs(LogConfig())
+        waiting = asyncio.create_task(configs.ensure(["t"], link.forward))
+        for _ in range(500):  # the DescribeConfigs is on the wire, unanswered
+            if accepted:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)
+        await link.close()
+        with pytest.raises(ControllerLinkClosed):
+            await asyncio.wait_for(waiting, 10)
+        with pytest.raises(ControllerLinkClosed):
+            await configs.ensure(["t"], link.forward)
+        await asyncio.wait_for(ended.wait(), 10)  # the half-open connection was closed
+        server.close()
+        await server.wait_closed()
+        return accepted, len([r for r in caplog.records if r.levelname == "WARNING"])
+
+    with caplog.at_level("INFO"):
+        accepted, warnings = asyncio.run(scenario())
+    assert accepted == 1, "the closed link opened a new connection"
+    assert warnings == 0, [r.getMessage() for r in caplog.records]
