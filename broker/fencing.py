@@ -96,7 +96,12 @@ class ControlEpochs:
 
     def _refuse(self, error: ErrorCode, what: str, why: str) -> int:
         self.refused[error.name] = self.refused.get(error.name, 0) + 1
-        log.warning("broker %d: fenced %s: %s (%s)", self.broker_id, what, why, error.name)
+        # A request for an older generation of ours is routine around every bounce and every
+        # controller restart (sent before the controller learned of our new one; it drops it
+        # when refused), so no warning for a person, as Kafka logs it at INFO; one from an
+        # older controller means a zombie controller: a warning.
+        level = logging.INFO if error == ErrorCode.STALE_BROKER_EPOCH else logging.WARNING
+        log.log(level, "broker %d: fenced %s: %s (%s)", self.broker_id, what, why, error.name)
         return int(error)
 
 
