@@ -62,9 +62,10 @@ def test_idle_ids_expire_open_ones_do_not_and_metrics_count(tmp_path: Path) -> N
         bootstrap = cluster.bootstrap_servers
         cluster.create_topic(TOPIC, partitions=1, replication_factor=1)
         first_pid = asyncio.run(commit_one(bootstrap, "idle"))
-        m = metrics(port)
-        assert m["epochlog_broker_transactions_committed_total"] >= 1, m
-        assert m["epochlog_broker_transaction_inits_total"] >= 1, m
+        # counted once the markers are written, after commit_transaction has returned
+        until(lambda: metrics(port).get("epochlog_broker_transactions_committed_total", 0) >= 1
+              or None, "the commit to complete and be counted", 60)
+        assert metrics(port)["epochlog_broker_transaction_inits_total"] >= 1
 
         async def keep_one_open() -> None:
             async with Producer(bootstrap_servers=bootstrap, transactional_id="open",
@@ -88,5 +89,6 @@ def test_idle_ids_expire_open_ones_do_not_and_metrics_count(tmp_path: Path) -> N
               or None, "the restarted coordinator to load, without the expired id", 60)
         again = asyncio.run(commit_one(bootstrap, "idle"))
         assert again != first_pid  # a new start: a new producer id
-        m = metrics(port)
-        assert m['epochlog_broker_transactional_ids{state="CompleteCommit"}'] >= 1, m
+        until(lambda: metrics(port).get(
+            'epochlog_broker_transactional_ids{state="CompleteCommit"}', 0) >= 1 or None,
+            "the new transaction to complete (CompleteCommit follows the markers)", 60)
