@@ -165,7 +165,7 @@ class InternalTopic:
         partition = self.leading(index, leader_epoch)
         if partition is None:
             return E.NOT_COORDINATOR, -1
-        if len(partition.isr) < partition.min_insync_replicas:
+        if partition.under_min_isr():
             return errors.get(E.NOT_ENOUGH_REPLICAS, E.NOT_ENOUGH_REPLICAS), -1
         stamped = [(k, v, None, self.wall_clock()) for k, v in records]
         if producer is None:

@@ -95,7 +95,7 @@ class BrokerCollector:
                          sum(len(p.isr) < len(p.state.replicas) for p in led))
             yield _gauge("epochlog_broker_under_min_isr_partitions",
                          "Partitions led here whose ISR is below min.insync.replicas.",
-                         sum(len(p.isr) < p.min_insync_replicas for p in led))
+                         sum(p.under_min_isr() for p in led))
             disk = replicas.logs.disk
             yield _gauge("epochlog_broker_disk_writes_failing",
                          "1 while writes to the data dir fail (a full disk): appends are "

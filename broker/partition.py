@@ -136,8 +136,8 @@ class Partition:
     state: PartitionState | None = None
     role: Role = Role.OFFLINE
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
-    # The topic's min.insync.replicas (topic_configs.py), for acks=all writes to enforce.
-    min_insync_replicas: int = 1
+    # The topic's min.insync.replicas (topic_configs.py): set_min_insync_replicas, under_min_isr.
+    _min_insync_replicas: int = field(default=1, init=False)
     # Follower only: the leader's high watermark as its last fetch answer gave it, which may be
     # above our log end (the log's own is capped there). The fetcher sets it; handlers/fetch.py
     # tells KIP-392's "known committed, not yet held here" (OFFSET_NOT_AVAILABLE) by it.
@@ -196,6 +196,21 @@ class Partition:
         if self.proposed_isr is None:
             return self.isr
         return self.isr + tuple(r for r in self.proposed_isr if r not in self.isr)
+
+    @property
+    def min_insync_replicas(self) -> int:
+        """The topic's min.insync.replicas, as set (under_min_isr applies it)."""
+        return self._min_insync_replicas
+
+    def under_min_isr(self, *, maximal: bool = False) -> bool:
+        """The one min.insync.replicas rule (Kafka's Partition.effectiveMinIsr): fewer in-sync
+        replicas than min.insync.replicas, capped at the replication factor (a setting above it
+        could never be met). Appends with acks=all and the metrics count the ISR the controller
+        confirmed; the high watermark and the acks=all answer count the maximal one (`maximal`:
+        an AlterPartition in flight included, as the controller may already have accepted it)."""
+        members = self.maximal_isr if maximal else self.isr
+        replication_factor = len(self.state.replicas) if self.state else 0
+        return len(members) < min(self._min_insync_replicas, replication_factor)
 
     def fence(self, current_leader_epoch: int) -> int:
         """KIP-320/KIP-359: 0, FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH."""
@@ -405,7 +420,7 @@ class Partition:
     def maybe_advance_high_watermark(self) -> bool:
         if self.role is not Role.LEADER or self.state is None:
             return False
-        if len(self.maximal_isr) < min(self.min_insync_replicas, len(self.state.replicas)):
+        if self.under_min_isr(maximal=True):
             return False  # KIP-966: what left the ISR since must still hold everything committed
         ends = [self.log_end_offset]
         for member in self.maximal_isr:
@@ -417,6 +432,15 @@ class Partition:
             return False
         self._set_high_watermark(new_hw)
         return True
+
+    def set_min_insync_replicas(self, value: int) -> bool:
+        """The topic's min.insync.replicas (its settings were applied or changed). True if the
+        high watermark moved (a lower setting may let it advance)."""
+        assert value >= 1, f"{self.name}: min.insync.replicas {value}"
+        if value == self._min_insync_replicas:
+            return False
+        self._min_insync_replicas = value
+        return self.maybe_advance_high_watermark()
 
     def propose_isr(self, isr: tuple[int, ...]) -> None:
         """An AlterPartition for this ISR is in flight (isr.IsrManager): the maximal ISR counts

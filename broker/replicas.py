@@ -128,7 +128,8 @@ class ReplicaManager:
             settings = self.topic_configs.get(topic)
             moved = self.logs.reconfigure(topic, index, settings.log)
             if partition.min_insync_replicas != settings.min_insync_replicas:
-                partition.min_insync_replicas = settings.min_insync_replicas
+                partition.set_min_insync_replicas(settings.min_insync_replicas)
+                self.poke((topic, index))  # acks=all waiters: the rule they wait on changed
                 moved = True
             changed += moved
         return changed
@@ -247,9 +248,9 @@ class ReplicaManager:
         self.logs.reconfigure(topic, index, settings.log)  # a log opened at start: defaults
         opened.auto_flush = False
         partition = Partition(topic, index, self.broker_id, opened, self.clock,
-                              min_insync_replicas=settings.min_insync_replicas,
                               on_isr_candidate=self.on_isr_candidate,
                               on_corrupt=self.storage_failed)
+        partition.set_min_insync_replicas(settings.min_insync_replicas)
         self.partitions[(topic, index)] = partition
         return partition
 

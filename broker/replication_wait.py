@@ -36,7 +36,7 @@ def replication_error(app: BrokerApp, partition: Partition, epoch: int,
     if partition.high_watermark > last_offset:
         # Committed by the ISR, whatever happened to our leadership since; while we lead, the
         # ISR it was committed by must still be big enough.
-        if leading and len(partition.maximal_isr) < partition.min_insync_replicas:
+        if leading and partition.under_min_isr(maximal=True):
             return E.NOT_ENOUGH_REPLICAS_AFTER_APPEND
         return 0
     return None if leading else E.NOT_LEADER_OR_FOLLOWER

@@ -119,7 +119,7 @@ def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int,
         if answer.error_code == E.UNKNOWN_TOPIC_OR_PARTITION:
             app.auto_create_soon(topic)
         return answer, None, -1
-    if acks == -1 and len(partition.isr) < partition.min_insync_replicas:
+    if acks == -1 and partition.under_min_isr():
         answer.error_code = E.NOT_ENOUGH_REPLICAS
         answer.error_message = (f"{partition.name}: ISR {list(partition.isr)} has fewer than "
                                 f"min.insync.replicas={partition.min_insync_replicas} members")

@@ -92,7 +92,7 @@ def _append(ctx: RequestContext, marker: WritableTxnMarker, topic: str, index: i
     partition, answer.error_code = leader(ctx.app, topic, index)
     if partition is None:
         return None
-    if len(partition.isr) < partition.min_insync_replicas:
+    if partition.under_min_isr():
         answer.error_code = E.NOT_ENOUGH_REPLICAS
         return None
     batch = marker_batch(marker.transaction_result, marker.producer_id, marker.producer_epoch,

@@ -51,7 +51,8 @@ def clock() -> Clock:
 def leader(tmp_path: Path, clock: Clock) -> Partition:
     """Partition t-0 led here at leader epoch 0, partition epoch 0, ISR of all three."""
     log = Log.open(str(tmp_path / "t-0"), LogConfig(), clock, clean_shutdown=True)
-    p = Partition("t", 0, ME, log, clock, min_insync_replicas=2)
+    p = Partition("t", 0, ME, log, clock)
+    p.set_min_insync_replicas(2)
     assert p.apply(PartitionState(ME, 0, 0, REPLICAS, REPLICAS))
     return p
 
@@ -353,7 +354,7 @@ def app(tmp_path: Path, clock: Clock) -> SimpleNamespace:
                            cluster_id="test")
     replicas = ReplicaManager(ME, logs, clock, produce_waiters_max=10, fetch_waiters_max=10)
     replicas.apply_partition_state("t", 0, PartitionState(ME, 0, 0, REPLICAS, REPLICAS), True)
-    replicas.get("t", 0).min_insync_replicas = 2
+    replicas.get("t", 0).set_min_insync_replicas(2)
     created: list[str] = []
     return SimpleNamespace(replicas=replicas, config=SimpleNamespace(message_max_bytes=1 << 20),
                            metadata=None, auto_create_soon=created.append)
@@ -406,6 +407,25 @@ def test_acks_all_succeeds_with_the_isr_at_min(app) -> None:
     answer, _, _ = produce(app, -1)
     assert answer.error_code == E.NOT_LEADER_OR_FOLLOWER
 
+
+
+def test_one_min_isr_rule_capped_at_the_replication_factor(tmp_path: Path, clock: Clock) -> None:
+    """min.insync.replicas is asked through Partition.under_min_isr alone, Kafka's effective
+    rule: a setting above the replication factor is capped at it (it could never be met), the
+    confirmed ISR counts for appends, the maximal one (a proposal in flight) for the answer."""
+    log = Log.open(str(tmp_path / "t-0"), LogConfig(), clock, clean_shutdown=True)
+    p = Partition("t", 0, ME, log, clock)
+    p.set_min_insync_replicas(3)
+    assert p.apply(PartitionState(ME, 0, 0, (ME, F2), (ME, F2)))
+    assert p.min_insync_replicas == 3
+    assert not p.under_min_isr(), "3 capped at the replication factor 2"
+    assert p.apply(PartitionState(ME, 0, 1, (ME, F2), (ME,)))
+    assert p.under_min_isr() and p.under_min_isr(maximal=True)
+    p.propose_isr((ME, F2))
+    assert p.under_min_isr() and not p.under_min_isr(maximal=True)
+    p.withdraw_isr_proposal()
+    assert not p.set_min_insync_replicas(1), "no high watermark to move: nothing appended"
+    assert not p.under_min_isr()
 
 # --------------------------------------------------------------------- real processes
 pytestmark_real = pytest.mark.skipif(
