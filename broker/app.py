@@ -39,12 +39,13 @@ from .fencing import ControlEpochs
 from .fetcher import FetcherSettings, ReplicaFetcherManager
 from .groups.coordinator import GroupCoordinator
 from .handlers import REGISTRY, load_all
-from .handlers.fetch import ReadPath
 from .isr import IsrManager
 from .isr_task import IsrTask
 from .metadata_cache import MetadataCache
 from .metrics import RequestStats, serve_metrics
+from .parts import BrokerParts
 from .producer_ids import ProducerIdAllocator
+from .read_path import ReadPath
 from .replicas import FsyncFailed, ReplicaManager
 from .server import KafkaServer, ServerLimits
 from .storage import LogManager
@@ -112,26 +113,29 @@ class Broker:
                                        produce_waiters_max=self.config.produce_waiters_max,
                                        fetch_waiters_max=self.config.fetch_waiters_max)
         self.producer_ids = ProducerIdAllocator(self.config.data_dir, self.broker_id)
-        self.isr = IsrManager(self.broker_id, monotonic_ms,
-                              lag_time_max_ms=self.config.replica_lag_time_max_ms,
-                              retry_backoff_ms=self.config.isr_retry_backoff_ms,
-                              replica_live=lambda r: r in self.metadata.brokers)
-        isr_task = IsrTask(self, self.isr)
-        self.replicas.on_isr_candidate = isr_task.wake
-        self.fetchers = self._replica_fetchers(self.replicas)
-        self.groups = GroupCoordinator(self)
-        self.replicas.partition_listeners.append(self.groups.on_partition)
-        self.txns = TxnCoordinator(self)
-        self.replicas.partition_listeners.append(self.txns.on_partition)
-        await self._listen()
-        if self.config.request_hooks_listen:
-            await self._serve_request_hooks()
+        # Built now, registers once we listen (it tells the controller our bound listeners).
         self.controller = ControllerLink(self.config, self.epochs, self.listeners,
                                          on_generation_lost=self._generation_lost,
                                          on_registered=self._registered,
                                          offline_dirs=self.replicas.offline_dir_ids,
                                          previous_broker_epoch=logs.previous_broker_epoch)
         self.replicas.on_offline_change = self.controller.heartbeat_soon
+        parts = BrokerParts(self.broker_id, self.config, self.epochs, self.metadata,
+                            self.replicas, self.controller, self.spawn)
+        self.isr = IsrManager(self.broker_id, monotonic_ms,
+                              lag_time_max_ms=self.config.replica_lag_time_max_ms,
+                              retry_backoff_ms=self.config.isr_retry_backoff_ms,
+                              replica_live=lambda r: r in self.metadata.brokers)
+        isr_task = IsrTask(parts, self.isr)
+        self.replicas.on_isr_candidate = isr_task.wake
+        self.fetchers = self._replica_fetchers(self.replicas)
+        self.groups = GroupCoordinator(parts)
+        self.replicas.partition_listeners.append(self.groups.on_partition)
+        self.txns = TxnCoordinator(parts, self.producer_ids)
+        self.replicas.partition_listeners.append(self.txns.on_partition)
+        await self._listen()
+        if self.config.request_hooks_listen:
+            await self._serve_request_hooks()
         generation = await self.controller.register()
         self.spawn(self.controller.run(), "heartbeat")
         self.spawn(self._storage_loop(), "storage")

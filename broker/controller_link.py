@@ -82,10 +82,11 @@ class ControllerLink:
                  on_registered: Callable[[int], None] | None = None,
                  offline_dirs: Callable[[], list[uuid.UUID]] | None = None,
                  previous_broker_epoch: int = -1) -> None:
-        assert listeners, "a broker registers at least one listener"
         self.config = config
         self.epochs = epochs
-        self.listeners = dict(listeners)  # name -> advertised (host, port), in order
+        # name -> advertised (host, port), in order: filled as the broker's servers bind, before
+        # it registers
+        self.listeners = listeners
         self.incarnation_id = uuid.uuid4()
         self.on_generation_lost = on_generation_lost
         self.on_registered = on_registered
@@ -165,6 +166,7 @@ class ControllerLink:
 
     # ------------------------------------------------------------------------- registration
     def _registration(self) -> BrokerRegistrationRequest:
+        assert self.listeners, "a broker registers at least one listener"
         return BrokerRegistrationRequest(
             broker_id=self.config.broker_id, cluster_id=self.config.cluster_id,
             incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,

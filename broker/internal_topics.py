@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
-from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.create_topics import (
@@ -31,14 +30,11 @@ from epochlog.protocol.batch import BatchHeader, CorruptBatch
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.records import Record, build_batch, decode_batches
 
-from .broker_app import controller_of, replicas_of
 from .controller_link import ControllerLinkClosed, ControllerUnavailable
 from .partition import Partition
+from .parts import BrokerParts
 from .replication_wait import replication_error
 from .storage import StorageError
-
-if TYPE_CHECKING:
-    from .broker_app import BrokerApp
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -63,10 +59,10 @@ def partition_for(key: str, partitions: int) -> int:
 
 
 class InternalTopic:
-    def __init__(self, app: BrokerApp, name: str, *, partitions: int, replication_factor: int,
-                 configs: Sequence[tuple[str, str]], timeout_ms: int,
+    def __init__(self, parts: BrokerParts, name: str, *, partitions: int,
+                 replication_factor: int, configs: Sequence[tuple[str, str]], timeout_ms: int,
                  wall_clock: Callable[[], int]) -> None:
-        self.app = app
+        self.parts = parts
         self.wall_clock = wall_clock  # the batches' timestamps
         self.name = name
         self.partitions = partitions  # when we create it; once it exists, its real count
@@ -77,21 +73,21 @@ class InternalTopic:
 
     # ----------------------------------------------------------------------- where keys live
     def partition_count(self) -> int:
-        known = self.app.metadata.topics.get(self.name)
+        known = self.parts.metadata.topics.get(self.name)
         return len(known) if known else self.partitions
 
     def partition_for(self, key: str) -> int:
         return partition_for(key, self.partition_count())
 
     def leading(self, index: int, leader_epoch: int) -> Partition | None:
-        p = self.app.replicas.get(self.name, index) if self.app.replicas else None
+        p = self.parts.replicas.get(self.name, index)
         if p is None or not p.is_leader or p.leader_epoch != leader_epoch:
             return None
         return p
 
     async def find(self, key: str, listener: str) -> tuple[int, int, str, int]:
         """(error, node id, host, port) of the leader of key's partition."""
-        md = self.app.metadata
+        md = self.parts.metadata
         if not md.has_topic(self.name):
             self._create_soon()
             await self._wait_for(lambda: self._leader_of(key) is not None)
@@ -102,7 +98,7 @@ class InternalTopic:
         return 0, leader, host, port
 
     def _leader_of(self, key: str) -> int | None:
-        md = self.app.metadata
+        md = self.parts.metadata
         parts = md.topics.get(self.name)
         if not parts:
             return None
@@ -116,7 +112,7 @@ class InternalTopic:
         deadline = loop.time() + CREATE_WAIT_MS_MAX / 1000
         while not done():
             remaining_ms = int((deadline - loop.time()) * 1000)
-            if remaining_ms <= 0 or not await self.app.metadata.changed(remaining_ms):
+            if remaining_ms <= 0 or not await self.parts.metadata.changed(remaining_ms):
                 return
 
     # ------------------------------------------------------------------------ creating it
@@ -131,7 +127,8 @@ class InternalTopic:
                 replication_factor=self.replication_factor,
                 configs=[CreatableTopicConfig(name=k, value=v) for k, v in attempt])])
             try:
-                answer = await controller_of(self.app).forward(ApiKey.CREATE_TOPICS, None, request)
+                answer = await self.parts.controller.forward(ApiKey.CREATE_TOPICS, None,
+                                                             request)
             except ControllerLinkClosed:
                 return  # the broker is stopping: not a fault
             except ControllerUnavailable as exc:
@@ -177,15 +174,14 @@ class InternalTopic:
             info = partition.append_as_leader(batch)
         except StorageError as exc:
             return errors.get(exc.error_code, exc.error_code), -1
-        app = self.app
         tp = (self.name, index)
-        replicas = replicas_of(app)
+        replicas = self.parts.replicas
         replicas.poke(tp)
         await replicas.produce_purgatory.wait_until(
-            [tp], lambda: replication_error(app, partition, leader_epoch,
+            [tp], lambda: replication_error(replicas, partition, leader_epoch,
                                             info.last_offset) is not None,
             self.timeout_ms)
-        error = replication_error(app, partition, leader_epoch, info.last_offset)
+        error = replication_error(replicas, partition, leader_epoch, info.last_offset)
         if error is None:
             return E.REQUEST_TIMED_OUT, info.first_offset
         return errors.get(error, error), info.first_offset

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from epochlog.protocol.apis.alter_partition import (
     AlterPartitionPartitionData,
@@ -26,14 +26,11 @@ from epochlog.protocol.apis.alter_partition import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from .broker_app import controller_of, replicas_of
 from .controller_link import ControllerUnavailable
 from .isr import IsrManager, IsrProposal
 from .partition import Partition, PartitionState
+from .parts import BrokerParts
 from .replicas import ReplicaManager
-
-if TYPE_CHECKING:
-    from .broker_app import BrokerApp
 
 log = logging.getLogger("epochlog.broker")
 
@@ -74,8 +71,8 @@ def read_answers(answer: Any, proposals: list[IsrProposal], replicas_of: dict[tu
 
 
 class IsrTask:
-    def __init__(self, app: BrokerApp, manager: IsrManager) -> None:
-        self.app = app
+    def __init__(self, parts: BrokerParts, manager: IsrManager) -> None:
+        self.parts = parts
         self.manager = manager
         self.tick_ms = max(TICK_MS_MIN, manager.lag_time_max_ms // 2)
         self._wake = asyncio.Event()
@@ -102,21 +99,19 @@ class IsrTask:
             await asyncio.sleep(max(0.0, WAKE_GAP_MS / 1000 - (loop.time() - started)))
 
     async def run_once(self) -> None:
-        replicas = replicas_of(self.app)
-        proposals = self.manager.due(list(replicas.partitions.values()))
+        proposals = self.manager.due(list(self.parts.replicas.partitions.values()))
         for start in range(0, len(proposals), PROPOSALS_PER_REQUEST_MAX):
             await self._send(proposals[start:start + PROPOSALS_PER_REQUEST_MAX])
 
     async def _send(self, proposals: list[IsrProposal]) -> None:
-        app = self.app
-        request = build_request(app.broker_id, app.epochs.generation, proposals)
+        parts = self.parts
+        request = build_request(parts.broker_id, parts.epochs.generation, proposals)
         try:
-            answer = await controller_of(app).alter_partition(request,
-                                                              ALTER_PARTITION_VERSION_MAX)
+            answer = await parts.controller.alter_partition(request, ALTER_PARTITION_VERSION_MAX)
         except ControllerUnavailable as exc:
             log.debug("AlterPartition not sent: %s", exc)
             answer = None
-        apply_answer(replicas_of(app), self.manager, proposals, answer)
+        apply_answer(parts.replicas, self.manager, proposals, answer)
 
 
 def apply_answer(replicas: ReplicaManager, manager: IsrManager, proposals: list[IsrProposal],

@@ -14,25 +14,24 @@ from typing import TYPE_CHECKING, Protocol
 
 from epochlog.protocol.error_codes import ErrorCode
 
-from .broker_app import replicas_of
 from .partition import Partition
 
 if TYPE_CHECKING:
-    from .broker_app import BrokerApp
+    from .replicas import ReplicaManager
 
 E = ErrorCode
 
 
-def _still_leading(app: BrokerApp, partition: Partition, epoch: int) -> bool:
-    return (replicas_of(app).get(partition.topic, partition.index) is partition
+def _still_leading(replicas: ReplicaManager, partition: Partition, epoch: int) -> bool:
+    return (replicas.get(partition.topic, partition.index) is partition
             and partition.is_leader and partition.leader_epoch == epoch)
 
 
-def replication_error(app: BrokerApp, partition: Partition, epoch: int,
+def replication_error(replicas: ReplicaManager, partition: Partition, epoch: int,
                       last_offset: int) -> int | None:
     """acks=all for one appended partition: None while waiting, else the answer's error code
     (Kafka's checkEnoughReplicasReachOffset)."""
-    leading = _still_leading(app, partition, epoch)
+    leading = _still_leading(replicas, partition, epoch)
     if partition.high_watermark > last_offset:
         # Committed by the ISR, whatever happened to our leadership since; while we lead, the
         # ISR it was committed by must still be big enough.
@@ -46,15 +45,16 @@ class _Answer(Protocol):
     error_code: int
 
 
-async def wait_for_replication(app: BrokerApp, waits: Sequence[tuple[_Answer, Partition, int, int]],
+async def wait_for_replication(replicas: ReplicaManager,
+                               waits: Sequence[tuple[_Answer, Partition, int, int]],
                                timeout_ms: int) -> None:
     """acks=all: until every appended partition's high watermark passes its last offset; then
     each (answer, partition, leader epoch, last offset) gets its error code (0 if committed).
     Produce and WriteTxnMarkers wait this way."""
-    await replicas_of(app).produce_purgatory.wait_until(
+    await replicas.produce_purgatory.wait_until(
         [(p.topic, p.index) for _, p, _, _ in waits],
-        lambda: all(replication_error(app, p, epoch, last) is not None
+        lambda: all(replication_error(replicas, p, epoch, last) is not None
                     for _, p, epoch, last in waits), timeout_ms)
     for answer, p, epoch, last in waits:
-        error = replication_error(app, p, epoch, last)
+        error = replication_error(replicas, p, epoch, last)
         answer.error_code = E.REQUEST_TIMED_OUT if error is None else error

@@ -46,7 +46,6 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.errors import DecodeError, ProtocolError, UnsupportedVersion
 from epochlog.protocol.frames import FrameReceiver, frame
 from epochlog.protocol.headers import (
-    RequestHeader,
     decode_request_header,
     encode_response_header,
     peek_request_header,
@@ -55,9 +54,10 @@ from epochlog.protocol.headers import (
 from .config import EXTERNAL_LISTENER
 from .handlers import REGISTRY
 from .handlers import api_versions as api_versions_handler
+from .handlers._context import RequestContext
 
 if TYPE_CHECKING:
-    from .broker_app import BrokerApp
+    from .handlers._context import BrokerApp
     from .request_hooks import RequestHooks
 
 log = logging.getLogger("epochlog.server")
@@ -73,17 +73,6 @@ class ServerLimits:
     write_buffer_bytes_max: int = 4 * 1024 * 1024  # answers queue to the socket up to this
     requests_queued_max: int = 16  # whole requests read ahead of the one being handled
     queued_bytes_max: int = 16 * 1024 * 1024  # ... and their bytes (one bigger frame may pass)
-
-
-@dataclass
-class RequestContext:
-    """What a handler knows about the request besides its body."""
-
-    header: RequestHeader
-    version: int
-    peer: str
-    app: BrokerApp  # what handlers may use of the broker (broker_app.py)
-    listener: str = EXTERNAL_LISTENER  # the listener name the request arrived on
 
 
 class _Closing(Exception):

@@ -69,7 +69,7 @@ from .state import (
 from .txn_offsets import PendingOffsets
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
+    from ..parts import BrokerParts
 
 Answer = TypeVar("Answer")  # what a parked request is answered with
 
@@ -144,11 +144,11 @@ class Counters:
 
 
 class GroupCoordinator:
-    def __init__(self, app: BrokerApp, *, clock: Callable[[], int] = monotonic_ms,
+    def __init__(self, parts: BrokerParts, *, clock: Callable[[], int] = monotonic_ms,
                  wall_clock: Callable[[], int] = wall_clock_ms,
                  new_member_id: Callable[[str], str] = random_member_id) -> None:
-        c = app.config
-        self.app = app
+        c = parts.config
+        self.parts = parts
         self.clock = clock
         self.wall_clock = wall_clock
         self.new_member_id = new_member_id
@@ -161,7 +161,7 @@ class GroupCoordinator:
         self._next_token = 0
         self._wake = asyncio.Event()
         self.topic = InternalTopic(
-            app, OFFSETS_TOPIC, partitions=c.offsets_topic_num_partitions,
+            parts, OFFSETS_TOPIC, partitions=c.offsets_topic_num_partitions,
             replication_factor=c.offsets_topic_replication_factor,
             configs=[("cleanup.policy", "compact"), ("segment.bytes", str(OFFSETS_SEGMENT_BYTES))],
             timeout_ms=c.offsets_commit_timeout_ms, wall_clock=wall_clock)
@@ -181,7 +181,7 @@ class GroupCoordinator:
             if shard is not None:
                 self._unload(shard, "a new leader epoch")
             shard = self.shards[index] = Shard(index, partition.leader_epoch)
-            self.app.spawn(self._load(shard, partition), f"load {OFFSETS_TOPIC}-{index}")
+            self.parts.spawn(self._load(shard, partition), f"load {OFFSETS_TOPIC}-{index}")
         elif shard is not None:
             self._unload(shard, "no longer the leader")
 
@@ -303,8 +303,8 @@ class GroupCoordinator:
                 if future is not None and not future.done():
                     future.set_result(effect.result)
             elif group is not None:
-                self.app.spawn(self._store(shard, group, effect),
-                                f"store group {group.group_id}")
+                self.parts.spawn(self._store(shard, group, effect),
+                                 f"store group {group.group_id}")
         self._wake.set()
 
     async def _store(self, shard: Shard, group: Group, store: Store) -> None:
@@ -447,9 +447,9 @@ class GroupCoordinator:
         valid: list[OffsetToCommit] = []
         for o in offsets:
             tp = (o.topic, o.partition)
-            if len(o.metadata.encode()) > self.app.config.offset_metadata_max_bytes:
+            if len(o.metadata.encode()) > self.parts.config.offset_metadata_max_bytes:
                 results[tp] = E.OFFSET_METADATA_TOO_LARGE
-            elif self.app.metadata.partition(o.topic, o.partition) is None:
+            elif self.parts.metadata.partition(o.topic, o.partition) is None:
                 results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 valid.append(o)
@@ -574,7 +574,7 @@ class GroupCoordinator:
         for tp in dict.fromkeys(wanted):
             if tp[0] in subscribed:
                 results[tp] = E.GROUP_SUBSCRIBED_TO_TOPIC
-            elif self.app.metadata.partition(*tp) is None:
+            elif self.parts.metadata.partition(*tp) is None:
                 results[tp] = E.UNKNOWN_TOPIC_OR_PARTITION
             else:
                 results[tp] = 0

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
+    from ._context import BrokerApp
 
 
 async def admitted(app: BrokerApp, what: str, request: Any) -> int | None:

@@ -15,11 +15,11 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.schema import Message
 
-from ..broker_app import controller_of
 from ..controller_link import ControllerUnavailable
+from ._context import controller_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 log = logging.getLogger("epochlog.broker")
 UNAVAILABLE = ErrorCode.REQUEST_TIMED_OUT

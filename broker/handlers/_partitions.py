@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING
 
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import replicas_of
 from ..partition import Partition, Role
+from ._context import replicas_of
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
+    from ._context import BrokerApp
 
 
 def not_served_error(app: BrokerApp, topic: str, index: int) -> int:

@@ -17,13 +17,13 @@ from epochlog.protocol.apis.add_offsets_to_txn import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of, txns_of
 from ..groups.coordinator import OFFSETS_TOPIC
 from . import register
+from ._context import groups_of, txns_of
 from ._txn import fenced_as
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:

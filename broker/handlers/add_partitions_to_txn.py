@@ -22,12 +22,12 @@ from epochlog.protocol.apis.add_partitions_to_txn import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import txns_of
 from . import register
+from ._context import txns_of
 from ._txn import fenced_as
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 E = ErrorCode
 

@@ -17,7 +17,7 @@ from epochlog.protocol.error_codes import ErrorCode
 from . import REGISTRY, register
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 def supported() -> list[ApiVersion]:

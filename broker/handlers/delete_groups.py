@@ -17,11 +17,11 @@ from epochlog.protocol.apis.delete_groups import (
     DeleteGroupsResponse,
 )
 
-from ..broker_app import groups_of
 from . import register
+from ._context import groups_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:

@@ -27,13 +27,13 @@ from epochlog.protocol.apis.delete_records import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import replicas_of
 from ..partition import InvalidPartitionState, Partition
 from . import register
+from ._context import replicas_of
 from ._partitions import leader
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 E = ErrorCode
 POLL_S = 0.05  # how often a waiting answer looks at the followers' log starts

@@ -19,7 +19,7 @@ from . import register
 from ._forward import forward
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 def failed(request: DeleteTopicsRequest, error: int) -> DeleteTopicsResponse:

@@ -26,7 +26,7 @@ from ._broker_configs import describe_broker
 from ._forward import forward
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 RESOURCE_BROKER = 4
 

@@ -20,12 +20,12 @@ from epochlog.protocol.apis.describe_groups import (
     DescribeGroupsResponse,
 )
 
-from ..broker_app import groups_of
 from . import register
 from ._acl_operations import GROUP_OPERATIONS
+from ._context import groups_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 def _describe(ctx: RequestContext, group_id: str) -> DescribedGroup:

@@ -21,11 +21,11 @@ from epochlog.protocol.apis.describe_log_dirs import (
     DescribeLogDirsTopic,
 )
 
-from ..broker_app import replicas_of
 from . import register
+from ._context import replicas_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:

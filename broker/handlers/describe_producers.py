@@ -23,7 +23,7 @@ from . import register
 from ._partitions import leader
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: DescribeProducersRequest

@@ -18,7 +18,7 @@ from ._acl_operations import TOPIC_OPERATIONS
 from ._forward import forward
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 def failed(request: DescribeTopicPartitionsRequest, error: int

@@ -18,12 +18,12 @@ from epochlog.protocol.apis.describe_transactions import (
     TransactionState,
 )
 
-from ..broker_app import txns_of
 from ..txn.log_records import Status
 from . import register
+from ._context import txns_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: DescribeTransactionsRequest

@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.end_txn import EndTxnRequest, EndTxnResponse
 
-from ..broker_app import txns_of
 from . import register
+from ._context import txns_of
 from ._txn import fenced_as
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse:

@@ -83,23 +83,17 @@ from epochlog.protocol.apis.fetch import (
 from epochlog.protocol.batch import iter_headers
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import replicas_of
 from ..fetch_sessions import FetchSession, FetchSessionCache, Kind, must_answer, remember
 from ..partition import Partition, Role
-from ..replica_selector import (
-    NO_PREFERENCE,
-    ClientView,
-    ReplicaSelector,
-    preferred_read_replica,
-    selector_for,
-)
+from ..read_path import ReadPath
+from ..replica_selector import NO_PREFERENCE, ClientView, preferred_read_replica, selector_for
 from ..storage import CorruptLog, StorageError
 from . import register
+from ._context import replicas_of
 from ._partitions import serving
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
-    from ..server import RequestContext
+    from ._context import BrokerApp, RequestContext
 
 log = logging.getLogger("epochlog.broker")
 
@@ -109,18 +103,6 @@ NO_DIVERGENCE = EpochEndOffset()
 FOLLOWER_READS_VERSION_MIN = 11  # KIP-392: RackId, PreferredReadReplica, OFFSET_NOT_AVAILABLE
 Want = tuple[str, FetchPartition]
 CORRUPTION_REPORTS_MAX = 64  # distinct corrupt places logged per partition
-
-
-@dataclass
-class ReadPath:
-    """The fetch path's own state on one broker: sessions, the replica selector, counters."""
-
-    sessions: FetchSessionCache
-    selector: ReplicaSelector
-    follower_fetches_total: int = 0  # consumer fetch answers with a partition read as follower
-    follower_fetch_bytes_total: int = 0
-    preferred_replica_answers_total: int = 0  # partitions answered with a preferred replica
-    stale_follower_answers_total: int = 0  # replica fetches answered at once for a new HW
 
 
 def read_path(app: BrokerApp) -> ReadPath:

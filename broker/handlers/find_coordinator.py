@@ -23,11 +23,11 @@ from epochlog.protocol.apis.find_coordinator import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of, txns_of
 from . import register
+from ._context import groups_of, txns_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 KEY_TYPE_GROUP = 0
 KEY_TYPE_TRANSACTION = 1

@@ -12,12 +12,12 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.heartbeat import HeartbeatRequest, HeartbeatResponse
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of
 from . import register
+from ._context import groups_of
 from ._groups import instance_id
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:

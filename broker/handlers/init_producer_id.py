@@ -20,12 +20,12 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.init_producer_id import InitProducerIdRequest, InitProducerIdResponse
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import producer_ids_of, replicas_of, txns_of
 from . import register
+from ._context import producer_ids_of, replicas_of, txns_of
 from ._txn import fenced_as
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 

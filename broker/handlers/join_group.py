@@ -19,13 +19,13 @@ from epochlog.protocol.apis.join_group import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of
 from ..groups.state import JoinRequest
 from . import register
+from ._context import groups_of
 from ._groups import client_host, client_id, instance_id
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:

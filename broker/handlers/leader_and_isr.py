@@ -30,14 +30,14 @@ from epochlog.protocol.apis.leader_and_isr import (
     LeaderAndIsrResponse,
 )
 
-from ..broker_app import controller_of, replicas_of
 from ..controller_link import ControllerLinkClosed
 from ..partition import PartitionState
 from . import register
+from ._context import controller_of, replicas_of
 from ._control import admitted
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 log = logging.getLogger("epochlog.broker")
 

@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.list_groups import ListedGroup, ListGroupsRequest, ListGroupsResponse
 
-from ..broker_app import groups_of
 from . import register
+from ._context import groups_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:

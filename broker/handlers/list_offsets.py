@@ -51,8 +51,7 @@ from . import register
 from ._partitions import high_watermark_known, serving
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
-    from ..server import RequestContext
+    from ._context import BrokerApp, RequestContext
 
 E = ErrorCode
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3

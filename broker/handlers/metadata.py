@@ -44,8 +44,7 @@ from . import register
 from ._acl_operations import CLUSTER_OPERATIONS, TOPIC_OPERATIONS, UNREQUESTED
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
-    from ..server import RequestContext
+    from ._context import BrokerApp, RequestContext
 
 E = ErrorCode
 NO_LEADER = -1

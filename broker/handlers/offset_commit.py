@@ -26,13 +26,13 @@ from epochlog.protocol.apis.offset_commit import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of
 from ..groups.coordinator import OffsetToCommit
 from . import register
+from ._context import groups_of
 from ._groups import instance_id
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:

@@ -18,11 +18,11 @@ from epochlog.protocol.apis.offset_delete import (
     OffsetDeleteResponseTopic,
 )
 
-from ..broker_app import groups_of
 from . import register
+from ._context import groups_of
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:

@@ -21,12 +21,12 @@ from epochlog.protocol.apis.offset_fetch import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of
 from . import register
+from ._context import groups_of
 
 if TYPE_CHECKING:
     from ..groups.state import CommittedOffset
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:

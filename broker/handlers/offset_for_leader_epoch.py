@@ -43,13 +43,12 @@ from epochlog.protocol.apis.offset_for_leader_epoch import (
 )
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import replicas_of
 from . import register
+from ._context import replicas_of
 from ._partitions import high_watermark_known, serving
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
-    from ..server import RequestContext
+    from ._context import BrokerApp, RequestContext
 
 CONSUMER = -1
 

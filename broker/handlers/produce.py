@@ -54,16 +54,15 @@ from epochlog.protocol.apis.produce import (
 from epochlog.protocol.batch import CorruptBatch, read_header
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import replicas_of
 from ..partition import Partition
 from ..replication_wait import wait_for_replication
 from ..storage import StorageError
 from . import register
+from ._context import replicas_of
 from ._partitions import leader
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
-    from ..server import RequestContext
+    from ._context import BrokerApp, RequestContext
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -164,7 +163,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
     if request.acks == 0:
         return None
     if request.acks == -1 and waits:
-        await wait_for_replication(app, waits, request.timeout_ms)
+        await wait_for_replication(replicas_of(app), waits, request.timeout_ms)
     return ProduceResponse(responses=topics)
 
 

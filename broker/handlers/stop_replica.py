@@ -21,12 +21,12 @@ from epochlog.protocol.apis.stop_replica import (
     StopReplicaResponse,
 )
 
-from ..broker_app import replicas_of
 from . import register
+from ._context import replicas_of
 from ._control import admitted
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, int, bool]]:

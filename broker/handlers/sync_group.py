@@ -14,12 +14,12 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.sync_group import SyncGroupRequest, SyncGroupResponse
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import groups_of
 from . import register
+from ._context import groups_of
 from ._groups import instance_id
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:

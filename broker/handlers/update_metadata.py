@@ -19,7 +19,7 @@ from . import register
 from ._control import admitted
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext,

@@ -34,7 +34,6 @@ from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.registry import APIS
 
-from ..broker_app import groups_of, replicas_of
 from ..config import INTERNAL_LISTENER
 from ..error_answers import error_answer
 from ..groups.coordinator import OFFSETS_TOPIC, wall_clock_ms
@@ -42,10 +41,11 @@ from ..partition import Partition
 from ..replication_wait import wait_for_replication
 from ..storage import StorageError
 from . import register
+from ._context import groups_of, replicas_of
 from ._partitions import leader
 
 if TYPE_CHECKING:
-    from ..server import RequestContext
+    from ._context import RequestContext
 
 E = ErrorCode
 API = APIS[ApiKey.WRITE_TXN_MARKERS]
@@ -74,7 +74,7 @@ async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
             topics.append(WritableTxnMarkerTopicResult(name=topic.name, partitions=answers))
         results.append(WritableTxnMarkerResult(producer_id=marker.producer_id, topics=topics))
     if waits:
-        await wait_for_replication(app, waits, MARKER_TIMEOUT_MS)
+        await wait_for_replication(replicas_of(app), waits, MARKER_TIMEOUT_MS)
     for marker, result in zip(request.markers, results, strict=True):
         for answered in result.topics:
             if answered.name == OFFSETS_TOPIC:

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..broker_app import producer_ids_of
 from ..groups.coordinator import wall_clock_ms
 from ..internal_topics import InternalTopic
 from ..partition import Partition
@@ -55,7 +54,8 @@ from .markers import CoordinatorFenced, MarkerWriter
 from .state import PREPARED, TxnMetadata, TxnState
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
+    from ..parts import BrokerParts
+    from ..producer_ids import ProducerIdAllocator
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -112,25 +112,27 @@ class ProducerIdAndEpoch:
 
 
 class TxnCoordinator:
-    def __init__(self, app: BrokerApp, *, clock: Callable[[], int] = wall_clock_ms) -> None:
-        c = app.config
-        self.app = app
+    def __init__(self, parts: BrokerParts, producer_ids: ProducerIdAllocator, *,
+                 clock: Callable[[], int] = wall_clock_ms) -> None:
+        c = parts.config
+        self.parts = parts
+        self.producer_ids = producer_ids  # shared with idempotent producers (producer_ids.py)
         self.clock = clock  # wall clock: the log's timestamps and the transactions' timeouts
         self.timeout_max_ms = c.transaction_max_timeout_ms
         self.expiration_ms = c.transactional_id_expiration_ms
         self.expiration_check_ms = c.transaction_remove_expired_transaction_cleanup_interval_ms
         self.counters = TxnCounters()
         self.shards: dict[int, TxnShard] = {}
-        self.markers = MarkerWriter(app)
+        self.markers = MarkerWriter(parts.broker_id, parts.metadata)
         self._completing: dict[str, TxnShard] = {}  # ids whose markers are being written
         self.topic = InternalTopic(
-            app, TXN_TOPIC, partitions=c.transaction_state_log_num_partitions,
+            parts, TXN_TOPIC, partitions=c.transaction_state_log_num_partitions,
             replication_factor=c.transaction_state_log_replication_factor,
             configs=[("cleanup.policy", "compact"), ("segment.bytes", str(TXN_SEGMENT_BYTES))],
             timeout_ms=WRITE_TIMEOUT_MS, wall_clock=clock)
 
     def _new_producer_id(self) -> int:
-        return producer_ids_of(self.app).allocate()
+        return self.producer_ids.allocate()
 
     # -------------------------------------------------------------------- partitions, shards
     def on_partition(self, topic: str, index: int, partition: Partition | None) -> None:
@@ -146,7 +148,7 @@ class TxnCoordinator:
             shard = self.shards[index] = TxnShard(
                 index, partition.leader_epoch,
                 TxnState(self._new_producer_id, self.timeout_max_ms))
-            self.app.spawn(self._load(shard, partition), f"load {TXN_TOPIC}-{index}")
+            self.parts.spawn(self._load(shard, partition), f"load {TXN_TOPIC}-{index}")
         elif shard is not None:
             self._unload(shard, "no longer the leader")
 
@@ -287,8 +289,8 @@ class TxnCoordinator:
         if self._completing.get(transactional_id) is shard:
             return
         self._completing[transactional_id] = shard
-        self.app.spawn(self._complete(shard, transactional_id),
-                       f"complete transaction {transactional_id}")
+        self.parts.spawn(self._complete(shard, transactional_id),
+                         f"complete transaction {transactional_id}")
 
     async def _complete(self, shard: TxnShard, transactional_id: str) -> None:
         try:
@@ -345,13 +347,14 @@ class TxnCoordinator:
                 for transactional_id in shard.state.timed_out(now):
                     answer = shard.state.abort_timed_out(transactional_id, now)
                     if answer.write is not None:
-                        self.app.spawn(self._abort(shard, transactional_id, answer.write),
-                                       f"abort transaction {transactional_id}")
+                        self.parts.spawn(self._abort(shard, transactional_id, answer.write),
+                                         f"abort transaction {transactional_id}")
                 if check_expiry:
                     expired = shard.state.expired(now, self.expiration_ms)
                     if expired:
-                        self.app.spawn(self._expire(shard, expired),
-                                       f"expire transactional ids of {TXN_TOPIC}-{shard.index}")
+                        self.parts.spawn(
+                            self._expire(shard, expired),
+                            f"expire transactional ids of {TXN_TOPIC}-{shard.index}")
             await asyncio.sleep(min(TICK_MS, self.expiration_check_ms) / 1000)
 
     async def _expire(self, shard: TxnShard, transactional_ids: list[str]) -> None:

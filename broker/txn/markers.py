@@ -34,7 +34,7 @@ from epochlog.protocol.registry import APIS
 from ..config import INTERNAL_LISTENER
 
 if TYPE_CHECKING:
-    from ..broker_app import BrokerApp
+    from ..metadata_cache import MetadataCache
 
 log = logging.getLogger("epochlog.broker")
 E = ErrorCode
@@ -53,8 +53,9 @@ class CoordinatorFenced(Exception):
 
 
 class MarkerWriter:
-    def __init__(self, app: BrokerApp) -> None:
-        self.app = app
+    def __init__(self, broker_id: int, metadata: MetadataCache) -> None:
+        self.broker_id = broker_id
+        self.metadata = metadata  # where each partition's leader is, and its INTERNAL endpoint
         self._conns: dict[int, Connection] = {}
         self._connecting = asyncio.Lock()  # one connection per broker, however many callers
 
@@ -85,7 +86,7 @@ class MarkerWriter:
         return True
 
     def _by_leader(self, left: set[TopicPartition]) -> dict[int, list[TopicPartition]]:
-        md = self.app.metadata
+        md = self.metadata
         out: dict[int, list[TopicPartition]] = {}
         for tp in sorted(left):
             if not md.has_topic(tp[0]):
@@ -135,11 +136,11 @@ class MarkerWriter:
             conn = self._conns.get(broker_id)
             if conn is not None and not conn.closed:
                 return conn
-            info = self.app.metadata.brokers.get(broker_id)
+            info = self.metadata.brokers.get(broker_id)
             if info is None:
                 return None
             host, port = info.endpoint(INTERNAL_LISTENER)
-            conn = Connection(host, port, client_id=f"epochlog-broker-{self.app.broker_id}-txn",
+            conn = Connection(host, port, client_id=f"epochlog-broker-{self.broker_id}-txn",
                               request_timeout_ms=REQUEST_TIMEOUT_MS)
             await conn.connect()
             self._conns[broker_id] = conn

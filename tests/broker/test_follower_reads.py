@@ -18,9 +18,9 @@ import pytest
 
 from epochlog.broker.config import BrokerConfig
 from epochlog.broker.handlers import fetch, list_offsets, offset_for_leader_epoch
-from epochlog.broker.handlers.fetch import ReadPath
 from epochlog.broker.metadata_cache import BrokerInfo, Endpoint, MetadataCache, PartitionInfo
 from epochlog.broker.partition import Partition, PartitionState
+from epochlog.broker.read_path import ReadPath
 from epochlog.broker.replica_selector import (
     ClientView,
     LeaderSelector,

@@ -381,18 +381,18 @@ def test_acks_all_after_the_isr_shrank_below_min_while_waiting(app) -> None:
     p = app.replicas.get("t", 0)
     answer, waiting, last = produce(app, -1)
     assert answer.error_code == 0 and waiting is p
-    assert replication_error(app, p, 0, last) is None, "waiting for the ISR"
+    assert replication_error(app.replicas, p, 0, last) is None, "waiting for the ISR"
     p.update_follower(F2, p.log_end_offset)
-    assert replication_error(app, p, 0, last) is None
+    assert replication_error(app.replicas, p, 0, last) is None
     p.apply(PartitionState(ME, 0, 1, REPLICAS, (ME,)))  # both followers dropped out
     # KIP-966: below min.insync.replicas the high watermark stands still (what left the ISR
     # stays eligible to lead), so the write is neither committed nor refused: it waits...
     assert p.high_watermark <= last
-    assert replication_error(app, p, 0, last) is None
+    assert replication_error(app.replicas, p, 0, last) is None
     # ... until the ISR is back at min.insync.replicas.
     p.apply(PartitionState(ME, 0, 2, REPLICAS, (ME, F2)))
     assert p.high_watermark > last
-    assert replication_error(app, p, 0, last) == 0
+    assert replication_error(app.replicas, p, 0, last) == 0
 
 
 def test_acks_all_succeeds_with_the_isr_at_min(app) -> None:
@@ -401,9 +401,9 @@ def test_acks_all_succeeds_with_the_isr_at_min(app) -> None:
     answer, waiting, last = produce(app, -1)
     assert answer.error_code == 0
     p.update_follower(F2, p.log_end_offset)
-    assert replication_error(app, p, 0, last) == 0
+    assert replication_error(app.replicas, p, 0, last) == 0
     p.apply(PartitionState(F2, 1, 2, REPLICAS, (F2,)))
-    assert replication_error(app, p, 0, last) == 0, "committed before we lost leadership"
+    assert replication_error(app.replicas, p, 0, last) == 0, "committed before we lost leadership"
     answer, _, _ = produce(app, -1)
     assert answer.error_code == E.NOT_LEADER_OR_FOLLOWER
 

@@ -61,6 +61,7 @@ from epochlog.broker.isr_task import (
 )
 from epochlog.broker.metadata_cache import MetadataCache
 from epochlog.broker.partition import Partition, PartitionState, Role
+from epochlog.broker.read_path import ReadPath
 from epochlog.broker.replica_selector import selector_for
 from epochlog.broker.replicas import ReplicaManager
 from epochlog.broker.replication_wait import replication_error
@@ -199,7 +200,7 @@ class BrokerNode(Node):
         self.epochs = (_AdmitUnconfirmed if self.settings.broken == "admit_unconfirmed"
                        else ControlEpochs)(self.broker_id)
         self.metadata = MetadataCache()
-        self.read_path = fetch_handler.ReadPath(
+        self.read_path = ReadPath(
             FetchSessionCache(self.config.fetch_sessions_max,
                               random.Random(self.sim.rng.getrandbits(64))),
             selector_for(self.config.replica_selector_class))
@@ -526,7 +527,7 @@ class BrokerNode(Node):
     def _try_settle(self, pending: _PendingProduce, final: bool) -> bool:
         """replication_wait.wait_for_replication: done when every partition has its answer
         (replication_error not None); at the deadline the rest are REQUEST_TIMED_OUT."""
-        errors = [replication_error(self, p, epoch, last)
+        errors = [replication_error(self.replicas, p, epoch, last)
                   for _, p, epoch, last in pending.waits]
         if not final and any(e is None for e in errors):
             return False

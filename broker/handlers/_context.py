@@ -1,9 +1,13 @@
-"""What a request handler (and the broker's own parts) may use of its broker, as a typed interface.
+"""What a request handler knows: the request's context, and what it may use of its broker.
 
 Handlers reach the broker through `ctx.app`. `BrokerApp` names exactly what they use, so a
 handler cannot grow a dependency on the rest of the broker unseen, and mypy proves that
 `broker.app.Broker` provides it. The deterministic simulation's broker node (tests/sim) runs the
 same handler code against its own implementation of this interface.
+
+This module sits at the handlers' floor of the broker (docs/design.md, "The broker as a stack"):
+it names the coordinators, the replica manager and the controller link below it, and nothing
+above it (the server builds a `RequestContext` for each request; the app is a `BrokerApp`).
 
 The parts a broker builds while it starts (replicas, groups, transactions, the controller link,
 the producer id allocator) are None before then; a handler runs only once they are built, and
@@ -12,21 +16,26 @@ says so with the `*_of(app)` accessors below, which fail loudly if that ever sto
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
+
+from epochlog.protocol.headers import RequestHeader
+
+from ..config import EXTERNAL_LISTENER
 
 if TYPE_CHECKING:
     import asyncio
     from collections.abc import Coroutine
 
-    from .config import BrokerConfig
-    from .controller_link import ControllerLink
-    from .fencing import ControlEpochs
-    from .groups.coordinator import GroupCoordinator
-    from .handlers.fetch import ReadPath
-    from .metadata_cache import MetadataCache
-    from .producer_ids import ProducerIdAllocator
-    from .replicas import ReplicaManager
-    from .txn.coordinator import TxnCoordinator
+    from ..config import BrokerConfig
+    from ..controller_link import ControllerLink
+    from ..fencing import ControlEpochs
+    from ..groups.coordinator import GroupCoordinator
+    from ..metadata_cache import MetadataCache
+    from ..producer_ids import ProducerIdAllocator
+    from ..read_path import ReadPath
+    from ..replicas import ReplicaManager
+    from ..txn.coordinator import TxnCoordinator
 
 
 class BrokerApp(Protocol):
@@ -59,6 +68,17 @@ class BrokerApp(Protocol):
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         """Run coro as one of the broker's tasks; its failure stops the broker."""
         ...
+
+
+@dataclass
+class RequestContext:
+    """What a handler knows about the request besides its body."""
+
+    header: RequestHeader
+    version: int
+    peer: str
+    app: BrokerApp  # what handlers may use of the broker
+    listener: str = EXTERNAL_LISTENER  # the listener name the request arrived on
 
 
 def replicas_of(app: BrokerApp) -> ReplicaManager:
