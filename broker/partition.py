@@ -23,10 +23,11 @@ ISR change); otherwise `apply` returns False and nothing changes (the handler an
 STALE_CONTROLLER_EPOCH for that partition, as Kafka does).
 
 High watermark (leader only): the smallest log end offset among the members of the *maximal* ISR,
-the leader's own included, and it stands still while that ISR is smaller than min.insync.replicas
-(capped at the replication factor): KIP-966's rule, which keeps every replica that left the ISR
-meanwhile eligible to lead (the controller's ELR) without losing a committed record; followers
-report theirs through `update_follower` (the fetch path).
+the leader's own included, and it stands still while the ISR the controller holds is smaller than
+min.insync.replicas (capped at the replication factor), whatever is in flight: KIP-966's rule,
+which keeps every replica that left the ISR meanwhile eligible to lead (the controller's ELR)
+without losing a committed record; followers report theirs through `update_follower` (the fetch
+path).
 The maximal ISR is the ISR plus the members of an AlterPartition still in flight
 (`proposed_isr`, set by isr.IsrManager): Kafka's rule, because the controller may already have
 accepted an expansion whose answer has not arrived, and a replica the controller counts as in sync
@@ -420,8 +421,11 @@ class Partition:
     def maybe_advance_high_watermark(self) -> bool:
         if self.role is not Role.LEADER or self.state is None:
             return False
-        if self.under_min_isr(maximal=True):
-            return False  # KIP-966: what left the ISR since must still hold everything committed
+        if self.under_min_isr():
+            # KIP-966: what left the ISR since must still hold everything committed. The ISR
+            # the controller holds, not the maximal one: an expansion in flight may never be
+            # accepted, and the controller elects from its ISR and ELR (simulation seed 395).
+            return False
         ends = [self.log_end_offset]
         for member in self.maximal_isr:
             if member != self.broker_id:

@@ -278,6 +278,30 @@ def test_while_an_expansion_is_in_flight_the_new_member_holds_back_the_high_wate
     assert leader.maximal_isr == (ME, F2) and leader.high_watermark == 6
 
 
+def test_an_expansion_in_flight_does_not_move_a_high_watermark_held_below_min_isr(
+        leader: Partition, clock: Clock) -> None:
+    """Simulation seed 395: the ISR is down to the leader (min.insync.replicas 2; the members
+    that left are the controller's ELR), and an expansion is in flight that the controller never
+    accepts. Counting the proposed member let the high watermark (and acks=all) pass records
+    no ELR member held; the controller then elected one and they were gone."""
+    isr = manager(clock)
+    append(leader, 3)
+    fetch_all(leader, F2, F3)
+    assert leader.apply(answered(leader, (ME,)))  # both left, at 3
+    append(leader, 4)
+    leader.update_follower(F2, leader.log_end_offset)  # F2 caught up again
+    [proposal] = isr.due([leader])
+    assert proposal.joined == (F2,) and leader.maximal_isr == (ME, F2)
+    last = append(leader, 1)
+    leader.update_follower(F2, leader.log_end_offset)  # the proposed member holds it all
+    assert leader.high_watermark == 3, "only the controller's ISR counts for min.insync"
+    replicas = SimpleNamespace(get=lambda topic, index: leader)
+    assert replication_error(replicas, leader, 0, last) is None, "acks=all still waits"
+    assert isr.on_answer(leader, proposal, 0, answered(leader, (ME, F2)))
+    assert leader.high_watermark == leader.log_end_offset == 8
+    assert replication_error(replicas, leader, 0, last) == 0
+
+
 def test_a_lost_answer_keeps_the_partition_pending_and_sends_the_same_proposal_again(
         leader: Partition, clock: Clock) -> None:
     shrunk_leader(leader)
