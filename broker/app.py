@@ -34,6 +34,7 @@ from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.topic_names import valid_topic_name
 
 from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig, parse_host_port
+from .control_hold import ControlHold, HoldAction, Judge
 from .controller_link import ControllerLink, ControllerLinkClosed, ControllerUnavailable
 from .fencing import ControlEpochs
 from .fetcher import FetcherSettings, ReplicaFetcherManager
@@ -95,8 +96,10 @@ class Broker:
         self.listeners: dict[str, tuple[str, int]] = {}
         self.advertised: tuple[str, int] = ("", 0)  # the EXTERNAL listener's
         self.fatal = asyncio.Event()
-        # Set while our generation is confirmed (epochs.confirmed): control requests wait for it.
-        self._generation_confirmed = asyncio.Event()
+        # Control requests wait here while our generation is not confirmed (epochs.must_wait).
+        self.hold: ControlHold[asyncio.Future[bool]] = ControlHold(
+            self.epochs, config.controller_request_timeout_ms)
+        self._hold_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._creating: dict[str, asyncio.Task[None]] = {}  # topic -> its auto-create task
         self._hooks_control: asyncio.Server | None = None  # test-only request hooks' control
@@ -118,7 +121,8 @@ class Broker:
                                          on_generation_lost=self._generation_lost,
                                          on_registered=self._registered,
                                          offline_dirs=self.replicas.offline_dir_ids,
-                                         previous_broker_epoch=logs.previous_broker_epoch)
+                                         previous_broker_epoch=logs.previous_broker_epoch,
+                                         clock=monotonic_ms)
         self.replicas.on_offline_change = self.controller.heartbeat_soon
         parts = BrokerParts(self.broker_id, self.config, self.epochs, self.metadata,
                             self.replicas, self.controller, self.spawn)
@@ -206,6 +210,8 @@ class Broker:
         log.warning("request hooks (test only) listening on %s:%d", bound[0], bound[1])
 
     async def stop(self, controlled: bool = True) -> None:
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
         if self.controller is not None:
             if controlled and self.epochs.generation >= 0:
                 await self._controlled_shutdown(self.controller)
@@ -311,37 +317,40 @@ class Broker:
                 cleaner.finish(job, result)
 
     def _registered(self, generation: int) -> None:
-        self._generation_confirmed.set()  # epochs.confirmed is True: held requests go on
+        self._hold_do(self.hold.confirmed(monotonic_ms()))  # held requests go on
 
     async def control_request_ready(self, what: str) -> bool:
-        """docs/control-plane.md "Before the registration answer": a control request waits
-        until the controller has confirmed our generation, at most controller_request_timeout_ms.
-        True: judge it now (epochs.admit, with no await in between). False: none came in time;
-        leave it unanswered, so that the controller resends it (an answered one never is)."""
-        if not self.epochs.must_wait():
-            return True
-        self.epochs.held_total += 1
-        limit_ms = self.config.controller_request_timeout_ms
-        log.info("broker %d: %s arrived before our registration answer: held (at most %d ms)",
-                 self.broker_id, what, limit_ms)
-        try:
-            async with asyncio.timeout(limit_ms / 1000):
-                while self.epochs.must_wait():  # the flag is the truth; the event only wakes
-                    self._generation_confirmed.clear()
-                    await self._generation_confirmed.wait()
-        except TimeoutError:
-            self.epochs.unanswered_total += 1
-            log.warning("broker %d: %s held %d ms and still no registration answer: left "
-                        "unanswered (the controller resends it)", self.broker_id, what, limit_ms)
+        """docs/control-plane.md "Before the registration answer" (control_hold.py decides): a
+        control request waits until the controller has confirmed our generation, at most
+        controller_request_timeout_ms. True: judge it now (epochs.admit, with no await in
+        between). False: none came in time; leave it unanswered, so that the controller resends
+        it (an answered one never is)."""
+        ready: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._hold_do(self.hold.arrived(monotonic_ms(), ready, what))
+        if not await ready:
             return False
-        log.info("broker %d: %s held until our registration was answered, judged against "
-                 "generation %d", self.broker_id, what, self.epochs.generation)
+        if self.epochs.must_wait():  # lost again between its release and its turn to run
+            return await self.control_request_ready(what)
         return True
+
+    def _hold_do(self, actions: list[HoldAction[asyncio.Future[bool]]]) -> None:
+        """Release what the hold decided (Judge: True, Unanswered: False), and be back at its
+        next deadline."""
+        for action in actions:
+            if not action.request.done():
+                action.request.set_result(isinstance(action, Judge))
+        if self._hold_timer is not None:
+            self._hold_timer.cancel()
+            self._hold_timer = None
+        deadline = self.hold.next_deadline_ms()
+        if deadline is not None:
+            self._hold_timer = asyncio.get_running_loop().call_later(
+                max(0, deadline - monotonic_ms()) / 1000,
+                lambda: self._hold_do(self.hold.tick(monotonic_ms())))
 
     def _generation_lost(self, why: str) -> None:
         assert self.replicas is not None
-        self._generation_confirmed.clear()  # epochs.confirmed is False: control requests wait
-        count = self.replicas.resign_all(why)
+        count = self.replicas.resign_all(why)  # epochs.confirmed is False: control requests wait
         log.warning("broker %d: generation %d is over: stopped leading %d partitions",
                     self.broker_id, self.epochs.generation, count)
 

@@ -5,23 +5,18 @@ Theory of operation
 1. `register()` sends BrokerRegistration (v2) with our id, rack, advertised listeners (EXTERNAL
    first, then INTERNAL if we have one: the controller sends its control requests to INTERNAL
    when it is there), an incarnation id made new at every process start and the generation our
-   data dir shut down cleanly from (KIP-966; -1 after a crash), retrying (with a
-   bounded backoff) until the controller answers; the answer's broker epoch is our generation
-   (KIP-380).
-2. `run()` heartbeats every `broker_heartbeat_interval_ms`, starting right after registration.
-   When the connection it heartbeats on closes, it reconnects and heartbeats at once, retrying
-   with a bounded backoff (`BACKOFF_MS_MIN` doubling to `BACKOFF_MS_MAX`, never beyond the
-   heartbeat interval), with the same broker epoch: the controller fails a generation whose
-   heartbeat connection closed unless it heartbeats again within `broker_connection_loss_grace_ms`
-   (~500 ms; that is how a killed broker is noticed at once), and a restarted controller gives
-   live generations a fresh session. Each heartbeat lists our offline replicas (v1's
-   offline_log_dirs, one directory id per partition: replicas.py's storage failures), and
-   `heartbeat_soon()` sends one at once when that list changes. The closing is noticed by
-   looking at the connection every `CONNECTION_CHECK_MS` between heartbeats.
-   STALE_BROKER_EPOCH means our generation is over: control requests wait again
-   (`ControlEpochs.generation_over`), stop leading
-   (`on_generation_lost`) and register again with the same incarnation id, which gives a new,
-   higher generation (`on_registered`).
+   data dir shut down cleanly from (KIP-966; -1 after a crash), until the controller answers;
+   the answer's broker epoch is our generation (KIP-380).
+2. `run()` heartbeats, starting right after registration. Each heartbeat lists our offline
+   replicas (v1's offline_log_dirs, one directory id per partition: replicas.py's storage
+   failures), and `heartbeat_soon()` asks for one at once when that list changes. On
+   STALE_BROKER_EPOCH we stop leading (`on_generation_lost`) and register again with the same
+   incarnation id, which gives a new, higher generation (`on_registered`).
+   When to register, heartbeat, back off and register again is `ControllerSession`'s
+   (controller_session.py, sans-IO); this module carries out what it decides: one request at a
+   time on the "heartbeat" connection (reopened when it closed), each answer or failure handed
+   back to it. A Connection tells nobody that it closed, so between heartbeats, while the
+   session watches, the connection is looked at every `CONNECTION_CHECK_MS`.
 3. `controlled_shutdown()` asks the controller to move our leaderships away, repeating every
    `controlled_shutdown_backoff_ms` until nothing remains or `controlled_shutdown_retries_max` is
    spent. STALE_BROKER_EPOCH there means the generation is already over: nothing left to do.
@@ -36,7 +31,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -53,17 +50,27 @@ from epochlog.protocol.registry import APIS
 from epochlog.protocol.schema import Message
 
 from .config import BrokerConfig
+from .controller_session import Action as SessionAction
+from .controller_session import (
+    ControllerSession,
+    GenerationOver,
+    Heartbeat,
+    Refused,
+    Register,
+    Registered,
+)
 from .fencing import ControlEpochs
 
 log = logging.getLogger("epochlog.broker")
 
-BACKOFF_MS_MIN, BACKOFF_MS_MAX = 50, 1000
 # Between heartbeats, how often the heartbeat connection is looked at: a closed one is reopened
 # and heartbeated on at once, well inside the controller's connection-loss grace (~500 ms).
 CONNECTION_CHECK_MS = 50
-# A failed registration is logged on the first try and then every this many tries, not each one.
-REGISTRATION_LOG_EVERY = 20
 HEARTBEAT_TIMEOUT_MS_MIN = 500
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 class ControllerUnavailable(ConnectionError):
@@ -81,7 +88,8 @@ class ControllerLink:
                  on_generation_lost: Callable[[str], None],
                  on_registered: Callable[[int], None] | None = None,
                  offline_dirs: Callable[[], list[uuid.UUID]] | None = None,
-                 previous_broker_epoch: int = -1) -> None:
+                 previous_broker_epoch: int = -1,
+                 clock: Callable[[], int] = monotonic_ms) -> None:
         self.config = config
         self.epochs = epochs
         # name -> advertised (host, port), in order: filled as the broker's servers bind, before
@@ -94,12 +102,28 @@ class ControllerLink:
         # KIP-966: the generation this process's data dir shut down cleanly from (-1: a crash),
         # told at every registration (the controller looks at it for a new incarnation only).
         self.previous_broker_epoch = previous_broker_epoch
-        self.heartbeats_total = 0
-        self.registrations_total = 0
-        self.reconnects_total = 0  # heartbeat connections found closed and reopened at once
+        self.clock = clock
+        # When to register and heartbeat (with the counters metrics read).
+        self.session = ControllerSession(config.broker_id, epochs,
+                                         config.broker_heartbeat_interval_ms)
+        self._actions: deque[SessionAction] = deque()  # the session's, not yet carried out
         self._conns: dict[str, Connection] = {}
         self._stopping = asyncio.Event()
-        self._due_now = asyncio.Event()  # heartbeat_soon() was called
+        self._soon = False  # heartbeat_soon() was called: the session is told by run()
+        self._wake = asyncio.Event()  # heartbeat_soon() or close() was called
+
+    # Counted by the session; metrics read them here.
+    @property
+    def heartbeats_total(self) -> int:
+        return self.session.heartbeats_total
+
+    @property
+    def registrations_total(self) -> int:
+        return self.session.registrations_total
+
+    @property
+    def reconnects_total(self) -> int:
+        return self.session.reconnects_total
 
     # -------------------------------------------------------------------------- connections
     async def _connection(self, purpose: str) -> Connection:
@@ -160,6 +184,7 @@ class ControllerLink:
 
     async def close(self) -> None:
         self._stopping.set()
+        self._wake.set()
         for conn in list(self._conns.values()):
             await conn.close()
         self._conns.clear()
@@ -178,97 +203,92 @@ class ControllerLink:
         """Register until the controller answers; returns the new generation (-1 if close()
         came first). Raises RuntimeError on an answer that retrying cannot fix (wrong cluster
         id, bad listener)."""
-        backoff_ms, tries = BACKOFF_MS_MIN, 0
-        while not self._stopping.is_set():
-            tries += 1
-            try:
-                answer = await self._request("heartbeat", 62, self._registration(), 2)
-            except ControllerUnavailable as exc:
-                if tries % REGISTRATION_LOG_EVERY == 1:
-                    log.warning("broker %d: registration failed (try %d), retrying: %s",
-                                self.config.broker_id, tries, exc)
-                await self._pause(backoff_ms)
-                backoff_ms = min(backoff_ms * 2, BACKOFF_MS_MAX)
-                continue
-            if answer.error_code != 0:
-                raise RuntimeError(f"the controller refused our registration: "
-                                   f"{name_of(answer.error_code)}")
-            self.registrations_total += 1
-            self.epochs.registration_answered(answer.broker_epoch)
-            if self.on_registered is not None:
-                self.on_registered(answer.broker_epoch)
-            generation: int = answer.broker_epoch
-            return generation
-        return -1
+        self._actions.extend(self.session.start(self.clock()))
+        return await self._drive(until_registered=True)
 
-    # ---------------------------------------------------------------------------- heartbeats
     async def run(self) -> None:
-        """Heartbeat until close(); at once (bounded backoff) when the heartbeat connection
-        closes or a heartbeat fails; re-register whenever the generation is over."""
-        interval_ms = self.config.broker_heartbeat_interval_ms
-        backoff_ms, wait_ms, failing_since = BACKOFF_MS_MIN, interval_ms, 0
-        while not self._stopping.is_set():
-            if await self._wait_heartbeat_due(wait_ms, watch=not failing_since):
-                self.reconnects_total += 1
-                log.info("broker %d: the connection to the controller closed; reconnecting "
-                         "and heartbeating at once", self.config.broker_id)
-            if self._stopping.is_set():
-                return
-            self._due_now.clear()
-            offline = self.offline_dirs() if self.offline_dirs is not None else []
-            try:
-                answer = await self._request("heartbeat", 63, BrokerHeartbeatRequest(
-                    broker_id=self.config.broker_id, broker_epoch=self.epochs.generation,
-                    offline_log_dirs=offline), 1 if offline else 0)
-            except ControllerUnavailable as exc:
-                failing_since += 1
-                if failing_since == 1:
-                    log.warning("broker %d: heartbeat failed, retrying with backoff: %s",
-                                self.config.broker_id, exc)
-                wait_ms = min(backoff_ms, interval_ms)
-                backoff_ms = min(backoff_ms * 2, BACKOFF_MS_MAX)
-                continue
-            if failing_since:
-                log.info("broker %d: heartbeating again after %d failed tries",
-                         self.config.broker_id, failing_since)
-            backoff_ms, wait_ms, failing_since = BACKOFF_MS_MIN, interval_ms, 0
-            self.heartbeats_total += 1
-            if answer.error_code == ErrorCode.STALE_BROKER_EPOCH:
-                why = f"the controller says generation {self.epochs.generation} is over"
-                log.warning("broker %d: %s (session expired); stop leading, register again",
-                            self.config.broker_id, why)
-                self.epochs.generation_over()  # control requests wait for the next answer
-                self.on_generation_lost(why)
-                await self.register()
-            elif answer.error_code != 0:
-                log.warning("heartbeat answered %s", name_of(answer.error_code))
+        """Heartbeat until close() (controller_session.py decides when, and when to register
+        again)."""
+        await self._drive(until_registered=False)
 
     def heartbeat_soon(self) -> None:
         """Heartbeat now rather than at the next interval (what it lists changed)."""
-        self._due_now.set()
+        self._soon = True
+        self._wake.set()
 
-    async def _wait_heartbeat_due(self, ms: int, watch: bool) -> bool:
-        """Wait ms, or less if close() or heartbeat_soon() is called or (watch) the heartbeat
-        connection closes; True in the last case (the heartbeat is due at once). While
-        heartbeats fail the connection is known to be down: no watching, the backoff is the
-        wait."""
-        deadline = asyncio.get_running_loop().time() + ms / 1000
-        while not self._stopping.is_set() and not self._due_now.is_set():
+    async def _drive(self, until_registered: bool) -> int:
+        """Carry out the session's actions, handing it each answer, failure, closed connection
+        and due time, until close() (or, until_registered, until a registration answer: the
+        generation)."""
+        actions = self._actions
+        while not self._stopping.is_set():
+            if not actions:
+                actions.extend(await self._next_events())
+                continue
+            match actions.popleft():
+                case Register():
+                    actions.extend(await self._send_registration())
+                case Heartbeat(broker_epoch=broker_epoch):
+                    actions.extend(await self._send_heartbeat(broker_epoch))
+                case Registered(generation=generation):
+                    if self.on_registered is not None:
+                        self.on_registered(generation)
+                    if until_registered:
+                        return generation
+                case GenerationOver(why=why):
+                    self.on_generation_lost(why)
+                case Refused(error_code=code):
+                    raise RuntimeError(f"the controller refused our registration: "
+                                       f"{name_of(code)}")
+        return -1
+
+    async def _next_events(self) -> list[SessionAction]:
+        """Wait for the session's next due time, heartbeat_soon() or close(), looking at the
+        heartbeat connection every CONNECTION_CHECK_MS while the session watches it."""
+        session = self.session
+        while not self._stopping.is_set():
+            self._wake.clear()
+            now = self.clock()
+            if self._soon:
+                self._soon = False
+                return session.heartbeat_soon(now)
             conn = self._conns.get("heartbeat")
-            if watch and conn is not None and conn.closed:
-                return True
-            left_ms = (deadline - asyncio.get_running_loop().time()) * 1000
-            if left_ms <= 0:
-                return False
-            await self._pause(min(left_ms, CONNECTION_CHECK_MS))
-        return False
+            if session.watching and conn is not None and conn.closed:
+                return session.connection_closed(now)
+            deadline = session.next_deadline_ms()
+            if deadline is not None and deadline <= now:
+                return session.tick(now)
+            wait_ms = None if deadline is None else deadline - now
+            if session.watching and (wait_ms is None or wait_ms > CONNECTION_CHECK_MS):
+                wait_ms = CONNECTION_CHECK_MS
+            try:
+                async with asyncio.timeout(None if wait_ms is None else wait_ms / 1000):
+                    await self._wake.wait()
+            except TimeoutError:
+                pass
+        return []
 
-    async def _pause(self, ms: float) -> None:
+    async def _send_registration(self) -> list[SessionAction]:
         try:
-            async with asyncio.timeout(ms / 1000):
-                await self._stopping.wait()
-        except TimeoutError:
-            pass
+            answer = await self._request("heartbeat", 62, self._registration(), 2)
+        except ControllerLinkClosed:
+            return []  # stopping: nothing to retry, nothing to warn about
+        except ControllerUnavailable as exc:
+            return self.session.registration_failed(self.clock(), str(exc))
+        return self.session.registration_answered(self.clock(), answer.error_code,
+                                                  answer.broker_epoch)
+
+    async def _send_heartbeat(self, broker_epoch: int) -> list[SessionAction]:
+        offline = self.offline_dirs() if self.offline_dirs is not None else []
+        try:
+            answer = await self._request("heartbeat", 63, BrokerHeartbeatRequest(
+                broker_id=self.config.broker_id, broker_epoch=broker_epoch,
+                offline_log_dirs=offline), 1 if offline else 0)
+        except ControllerLinkClosed:
+            return []
+        except ControllerUnavailable as exc:
+            return self.session.heartbeat_failed(self.clock(), str(exc))
+        return self.session.heartbeat_answered(self.clock(), answer.error_code)
 
     # --------------------------------------------------------------------- controlled shutdown
     async def controlled_shutdown(self) -> bool:

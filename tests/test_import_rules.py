@@ -52,7 +52,8 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
     ("replication", frozenset({
         "replicas", "partition", "isr", "follower", "fetcher", "replication_wait", "purgatory",
         "fetch_sessions", "read_path", "replica_selector", "controller_link", "topic_configs",
-        "metadata_cache", "fencing", "producer_ids", "config", "error_answers"})),
+        "metadata_cache", "fencing", "producer_ids", "config", "error_answers",
+        "controller_session", "control_hold"})),
     ("storage", frozenset({"storage"})),
 ]
 

@@ -44,7 +44,16 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, cast
 
-from epochlog.broker.controller_link import BACKOFF_MS_MAX, BACKOFF_MS_MIN, CONNECTION_CHECK_MS
+from epochlog.broker.control_hold import ControlHold, HoldAction, Judge
+from epochlog.broker.controller_session import Action as SessionAction
+from epochlog.broker.controller_session import (
+    ControllerSession,
+    GenerationOver,
+    Heartbeat,
+    Refused,
+    Register,
+    Registered,
+)
 from epochlog.broker.fencing import ControlEpochs
 from epochlog.broker.fetch_sessions import FetchSessionCache
 from epochlog.broker.follower import FollowerStats, SourceFetcher
@@ -95,7 +104,7 @@ if TYPE_CHECKING:
 
 E = ErrorCode
 TP = tuple[str, int]
-CONTROL_KEYS = (4, 5, 6)  # LeaderAndIsr, StopReplica, UpdateMetadata
+CONTROL_KEYS = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata"}
 METADATA_KEY = -1  # the simulation's own "where is the leader" request (see producer.py)
 STORAGE_TICK_MS = 100  # broker/app.py's
 
@@ -189,8 +198,6 @@ class BrokerNode(Node):
         self.log_config = LogConfig(segment_bytes=settings.segment_bytes,
                                     retention_ms=-1, flush_ms=settings.flush_ms)
         self.replicas: ReplicaManager | None = None
-        self.generation_lost_total = 0
-        self.reconnects_total = 0  # controller_link's: heartbeat connection found closed
         self.held_total = 0  # control requests held for a registration answer (all lives)
         self.follower_stats = FollowerStats()  # counters only: kept across crashes for figures
 
@@ -212,12 +219,11 @@ class BrokerNode(Node):
         self.replicas.partition_listeners.append(self._on_partition)
         self.replicas.on_isr_candidate = self._isr_candidate
         self.incarnation_id = uuid.UUID(int=self.sim.rng.getrandbits(128), version=4)
+        self.armed: dict[str, int] = {}  # machine -> when its timer fires (_arm)
         self.hb_conn: Conn | None = None
-        self.held: list[_HeldControl] = []  # control requests waiting for a confirmation
-        self._register_backoff_ms = BACKOFF_MS_MIN
-        self._hb_backoff_ms, self._hb_failing = BACKOFF_MS_MIN, 0
-        self._hb_token, self._hb_wait_from_ms, self._hb_due_ms = 0, 0, -1
-        self._hb_watch = False
+        self.session = ControllerSession(self.broker_id, self.epochs, self.settings.heartbeat_ms)
+        self.hold: ControlHold[_HeldControl] = ControlHold(
+            self.epochs, self.settings.controller_request_timeout_ms)
         # follower side (fetcher.py's ReplicaFetcherManager)
         self.fetchers: dict[int, SourceFetcher] = {}
         self.following: dict[TP, tuple[int, int]] = {}  # -> (source, leader epoch)
@@ -232,7 +238,7 @@ class BrokerNode(Node):
         self.isr_in_flight = False
         self.isr_tick_ms = max(TICK_MS_MIN, self.settings.lag_time_max_ms // 2)
         self.isr_wake_at = -1
-        self._register()
+        self._session_do(self.session.start(self.sim.now_ms))
         self.timer(STORAGE_TICK_MS, self._storage_tick)
         self._isr_schedule(self.isr_tick_ms)
 
@@ -291,102 +297,86 @@ class BrokerNode(Node):
     # controller_link.py: registration and heartbeats on one connection ("heartbeat"); a request
     # on it that fails (refused, closed, timed out) closes it, and the next one reconnects.
     def _controller_call(self, key: int, request: Any, on_reply: Callable[[Any], None],
-                         on_fail: Callable[[], None]) -> None:
+                         on_fail: Callable[[str], None]) -> None:
         if self.hb_conn is None or not self.hb_conn.open:
             self.hb_conn = self.net.open_conn(self, CONTROLLER_ID)
         conn = self.hb_conn
 
         def failed(reason: str) -> None:
             self.net.close_conn(conn, self)  # ControllerLink._request: conn.close()
-            on_fail()
+            on_fail(reason)
 
         self.net.call(self, CONTROLLER_ID, key, 0, request,
                       self.settings.controller_request_timeout_ms, on_reply, failed, conn=conn)
 
     def connection_closed(self, conn: Any) -> None:
-        """The controller closed our heartbeat connection (it crashed): the heartbeat loop
-        notices at its next look (every CONNECTION_CHECK_MS while it waits, if it watches) and
-        heartbeats at once on a new connection."""
-        if conn is not self.hb_conn:
-            return
-        if self._hb_watch and self._hb_due_ms > self.sim.now_ms:
-            checks = -(-(self.sim.now_ms - self._hb_wait_from_ms) // CONNECTION_CHECK_MS)
-            due = self._hb_wait_from_ms + checks * CONNECTION_CHECK_MS
-            if due < self._hb_due_ms:
-                self.reconnects_total += 1
-                self.sim.log(f"{self.name}: heartbeat connection closed: heartbeat at {due}ms")
-                self._hb_wait(due - self.sim.now_ms, watch=False)
+        """The controller closed our heartbeat connection (it crashed): the session is told
+        when the close arrives (ControllerLink finds it at its next look, every
+        CONNECTION_CHECK_MS)."""
+        if conn is self.hb_conn:
+            self._session_do(self.session.connection_closed(self.sim.now_ms))
 
-    def _register(self) -> None:
-        """ControllerLink.register: until the controller answers, with a bounded backoff."""
-        request = BrokerRegistrationRequest(
+    def _session_do(self, actions: list[SessionAction]) -> None:
+        """ControllerLink._drive: the session's requests go out, their answers come back."""
+        session, now = self.session, lambda: self.sim.now_ms
+        for action in actions:
+            match action:
+                case Register():
+                    self._controller_call(62, self._registration(), lambda a: self._session_do(
+                        session.registration_answered(now(), a.error_code, a.broker_epoch)),
+                        lambda why: self._session_do(session.registration_failed(now(), why)))
+                case Heartbeat(broker_epoch=broker_epoch):
+                    assert self.replicas is not None
+                    request = BrokerHeartbeatRequest(
+                        broker_id=self.broker_id, broker_epoch=broker_epoch,
+                        offline_log_dirs=self.replicas.offline_dir_ids())
+                    self._controller_call(63, request, lambda a: self._session_do(
+                        session.heartbeat_answered(now(), a.error_code)),
+                        lambda why: self._session_do(session.heartbeat_failed(now(), why)))
+                case Registered(generation=generation):
+                    self.sim.log(f"{self.name}: registered, generation {generation}")
+                    self._hold_do(self.hold.confirmed(now()))  # app._registered
+                case GenerationOver(why=why):  # app._generation_lost
+                    assert self.replicas is not None
+                    count = self.replicas.resign_all(why)
+                    self.sim.log(f"{self.name}: STALE_BROKER_EPOCH: resigned {count}")
+                case Refused(error_code=code):
+                    raise AssertionError(f"{self.name}: registration refused: {code}")
+        self._arm("session", session.next_deadline_ms(),
+                  lambda: self._session_do(session.tick(now())))
+
+    def _registration(self) -> BrokerRegistrationRequest:
+        return BrokerRegistrationRequest(
             broker_id=self.broker_id, cluster_id="epochlog", incarnation_id=self.incarnation_id,
             rack=f"rack{self.broker_id}", listeners=[BrokerRegistrationListener(
                 name="EXTERNAL", host=f"broker{self.broker_id}", port=9092)])
-        self._controller_call(62, request, self._registered, self._register_failed)
 
-    def _registered(self, answer: Any) -> None:
-        if answer.error_code != 0:
-            raise AssertionError(f"{self.name}: registration refused: {answer.error_code}")
-        self.epochs.registration_answered(answer.broker_epoch)
-        self.sim.log(f"{self.name}: registered, generation {answer.broker_epoch}")
-        self._register_backoff_ms = BACKOFF_MS_MIN
-        self._release_held()  # app._registered: the held control requests go on
-        self._hb_backoff_ms, self._hb_failing = BACKOFF_MS_MIN, 0
-        self._hb_wait(self.settings.heartbeat_ms, watch=True)
-
-    def _register_failed(self) -> None:
-        delay = self._register_backoff_ms
-        self._register_backoff_ms = min(delay * 2, BACKOFF_MS_MAX)
-        self.timer(delay, self._register)
-
-    def _hb_wait(self, wait_ms: int, watch: bool) -> None:
-        """ControllerLink._wait_heartbeat_due: the next heartbeat in wait_ms, sooner if
-        (watch) the heartbeat connection closes meanwhile."""
-        self._hb_token += 1
-        self._hb_wait_from_ms = self.sim.now_ms
-        self._hb_due_ms = self.sim.now_ms + wait_ms
-        self._hb_watch = watch
-        self.timer(wait_ms, self._heartbeat, self._hb_token)
-
-    def _heartbeat(self, token: int) -> None:
-        if token != self._hb_token:
-            return  # replaced by an earlier wake-up
-        self._hb_due_ms = -1
-        offline = self.replicas.offline_dir_ids() if self.replicas is not None else []
-        request = BrokerHeartbeatRequest(broker_id=self.broker_id,
-                                         broker_epoch=self.epochs.generation,
-                                         offline_log_dirs=offline)
-        self._controller_call(63, request, self._heartbeat_answer, self._heartbeat_failed)
-
-    def _heartbeat_failed(self) -> None:
-        """ControllerLink.run on ControllerUnavailable: again after a backoff doubling from
-        BACKOFF_MS_MIN, never longer than the heartbeat interval; no watching meanwhile."""
-        self._hb_failing += 1
-        wait = min(self._hb_backoff_ms, self.settings.heartbeat_ms)
-        self._hb_backoff_ms = min(self._hb_backoff_ms * 2, BACKOFF_MS_MAX)
-        self._hb_wait(wait, watch=False)
-
-    def _heartbeat_answer(self, answer: Any) -> None:
-        self._hb_backoff_ms, self._hb_failing = BACKOFF_MS_MIN, 0
-        if answer.error_code == E.STALE_BROKER_EPOCH:
-            assert self.replicas is not None
-            self.generation_lost_total += 1
-            self.epochs.generation_over()  # control requests wait for the next answer
-            count = self.replicas.resign_all(f"generation {self.epochs.generation} is over")
-            self.sim.log(f"{self.name}: STALE_BROKER_EPOCH: resigned {count}, register again")
-            self._register()
+    def _arm(self, name: str, at_ms: int | None, fn: Callable[[], None]) -> None:
+        """One timer per machine, at its next deadline: a nearer one replaces a later timer; a
+        timer that finds nothing due does nothing (its machine says so) and arms the next."""
+        if at_ms is None:
             return
-        self._hb_wait(self.settings.heartbeat_ms, watch=True)
+        at_ms = max(at_ms, self.sim.now_ms)
+        armed = self.armed.get(name)
+        if armed is not None and self.sim.now_ms <= armed <= at_ms:
+            return
+        self.armed[name] = at_ms
+        self.timer(at_ms - self.sim.now_ms, self._fire, name, at_ms, fn)
+
+    def _fire(self, name: str, at_ms: int, fn: Callable[[], None]) -> None:
+        if self.armed.get(name) == at_ms:  # else a nearer one replaced it
+            del self.armed[name]
+            fn()
 
     # ------------------------------------------------------------------------------ serving
     def serve(self, key: int, version: int, request: Any, reply: Callable[[Any], None],
               source: int, conn: Any = None) -> None:
         assert self.replicas is not None
-        if key in CONTROL_KEYS and self.epochs.must_wait():
-            self._hold(key, request, reply)
-        elif key in CONTROL_KEYS:
-            self._control(key, request, reply)
+        if key in CONTROL_KEYS:  # app.control_request_ready
+            actions = self.hold.arrived(self.sim.now_ms, _HeldControl(key, request, reply),
+                                        CONTROL_KEYS[key])
+            self.held_total += not actions
+            self._hold_do(actions)
         elif key == 1:
             self._fetch(request, version, reply)
         elif key == 23:
@@ -412,28 +402,13 @@ class BrokerNode(Node):
                 self.metadata.apply(request)
             reply(UpdateMetadataResponse(error_code=error))
 
-    def _hold(self, key: int, request: Any, reply: Callable[[Any], None]) -> None:
-        """app.control_request_ready: our generation is not confirmed (no registration answer
-        yet, or the last one declared over): wait for it, at most controller_request_timeout_ms,
-        then judge in arrival order; none by then: left unanswered (the sender resends)."""
-        self.epochs.held_total += 1
-        self.held_total += 1
-        held = _HeldControl(key, request, reply)
-        self.held.append(held)
-        self.timer(self.settings.controller_request_timeout_ms, self._hold_expired, held)
-
-    def _hold_expired(self, held: _HeldControl) -> None:
-        if held in self.held:
-            self.held.remove(held)
-            self.epochs.unanswered_total += 1
-            self.sim.log(f"{self.name}: control request {held.key} held "
-                         f"{self.settings.controller_request_timeout_ms}ms without a "
-                         f"registration answer: unanswered")
-
-    def _release_held(self) -> None:
-        while self.held and not self.epochs.must_wait():
-            held = self.held.pop(0)
-            self._control(held.key, held.request, held.reply)
+    def _hold_do(self, actions: list[HoldAction[_HeldControl]]) -> None:
+        """Judged: applied, in the hold's order; unanswered: dropped (the sender resends)."""
+        for action in actions:
+            if isinstance(action, Judge):
+                self._control(action.request.key, action.request.request, action.request.reply)
+        self._arm("hold", self.hold.next_deadline_ms(),
+                  lambda: self._hold_do(self.hold.tick(self.sim.now_ms)))
 
     def _leader_and_isr(self, request: Any) -> LeaderAndIsrResponse:
         """broker/handlers/leader_and_isr.py, minus its DescribeConfigs fetch."""
