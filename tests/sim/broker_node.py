@@ -69,11 +69,12 @@ from epochlog.broker.isr_task import (
     build_request,
 )
 from epochlog.broker.metadata_cache import MetadataCache
-from epochlog.broker.partition import Partition, PartitionState, Role
+from epochlog.broker.partition import Partition, PartitionState
 from epochlog.broker.read_path import ReadPath
 from epochlog.broker.replica_selector import selector_for
 from epochlog.broker.replicas import ReplicaManager
 from epochlog.broker.replication_wait import replication_error
+from epochlog.broker.source_fetchers import Connect, Send, SourceFetchers
 from epochlog.broker.storage import LogConfig, LogManager
 from epochlog.broker.topic_configs import settings_from
 from epochlog.protocol.apis.broker_heartbeat import BrokerHeartbeatRequest
@@ -225,9 +226,8 @@ class BrokerNode(Node):
         self.hold: ControlHold[_HeldControl] = ControlHold(
             self.epochs, self.settings.controller_request_timeout_ms)
         # follower side (fetcher.py's ReplicaFetcherManager)
-        self.fetchers: dict[int, SourceFetcher] = {}
-        self.following: dict[TP, tuple[int, int]] = {}  # -> (source, leader epoch)
-        self.fetch_wake_at: dict[int, int] = {}  # source -> when a pump is scheduled
+        self.fetching = SourceFetchers(self.broker_id, self._make_fetcher,
+                                       backoff_ms=self.settings.fetch_backoff_ms)
         # leader side
         self.parked: list[_ParkedFetch] = []
         self.pending: list[_PendingProduce] = []
@@ -533,27 +533,10 @@ class BrokerNode(Node):
 
     # --------------------------------------------------------------------- fetch (follower)
     def _on_partition(self, topic: str, index: int, partition: Partition | None) -> None:
-        """fetcher.ReplicaFetcherManager.on_partition."""
-        tp = (topic, index)
-        if partition is not None and partition.role is Role.FOLLOWER:
-            wanted = (partition.leader_id, partition.leader_epoch)
-            if self.following.get(tp) == wanted:
-                return
-            self._unfollow(tp)
-            fetcher = self.fetchers.get(partition.leader_id)
-            if fetcher is None:
-                fetcher = self.fetchers[partition.leader_id] = self._make_fetcher(
-                    partition.leader_id)
-            fetcher.add(partition)
-            self.following[tp] = wanted
-            self._wake_fetcher(partition.leader_id, 0)
-        else:
-            self._unfollow(tp)
-
-    def _unfollow(self, tp: TP) -> None:
-        was = self.following.pop(tp, None)
-        if was is not None and was[0] in self.fetchers:
-            self.fetchers[was[0]].remove(*tp)
+        """fetcher.ReplicaFetcherManager.on_partition: the sources it names are pumped once
+        the event that applied the state is over (as a woken task runs)."""
+        if self.fetching.on_partition(topic, index, partition):
+            self._arm("fetch", self.sim.now_ms, self._pump_all)
 
     def _make_fetcher(self, source_id: int) -> SourceFetcher:
         cls = _NoTruncation if self.settings.broken == "no_truncation" else SourceFetcher
@@ -561,48 +544,37 @@ class BrokerNode(Node):
                    partition_max_bytes=16 << 10, max_wait_ms=self.settings.fetch_max_wait_ms,
                    backoff_ms=self.settings.fetch_backoff_ms, stats=self.follower_stats)
 
-    def _wake_fetcher(self, source: int, delay_ms: int) -> None:
-        at = self.sim.now_ms + delay_ms
-        due = self.fetch_wake_at.get(source)
-        if due is not None and due <= at:
-            return
-        self.fetch_wake_at[source] = at
-        self.timer(delay_ms, self._pump, source, at)
+    def _pump_all(self) -> None:
+        for source_id in list(self.fetching.sources):
+            self._pump(source_id)
 
-    def _pump(self, source: int, at: int) -> None:
-        """One turn of fetcher.py's loop: send the next request, or sleep until a backoff
-        ends (a new partition wakes it earlier)."""
-        if self.fetch_wake_at.get(source) != at:
-            return  # superseded by an earlier wake
-        del self.fetch_wake_at[source]
-        fetcher = self.fetchers.get(source)
-        if fetcher is None:
-            return
-        if not len(fetcher):
-            if not fetcher.waiting_for_answer:
-                del self.fetchers[source]
-            return
-        request = fetcher.next_request()
-        if request is None:
-            wake = fetcher.next_wakeup_ms()
-            if wake is not None and not fetcher.waiting_for_answer:
-                self._wake_fetcher(source, wake - self.sim.now_ms)
-            return
-        key, message = request[0], cast(Any, request[1])
-        self.net.call(self, source, key, 12 if key == 1 else 4, message,
-                      self.settings.request_timeout_ms + (message.max_wait_ms if key == 1 else 0),
-                      lambda answer: self._fetch_answered(fetcher, key, answer),
-                      lambda reason: self._fetch_failed(fetcher, reason))
+    def _pump(self, source_id: int) -> None:
+        """fetcher.py's task for one source: what next_step says, until it waits."""
+        while True:
+            match self.fetching.next_step(self.sim.now_ms, source_id):
+                case Connect():  # no connection to open here: a down leader fails the request
+                    self.fetching.connected(source_id)
+                case Send(api_key=key, request=message):
+                    request = cast(Any, message)
+                    self.net.call(
+                        self, source_id, key, 12 if key == 1 else 4, request,
+                        self.settings.request_timeout_ms + (request.max_wait_ms if key == 1 else 0),
+                        lambda answer: self._fetch_answered(source_id, key, answer),
+                        lambda why: self._fetch_failed(source_id, why))
+                    break
+                case _:  # Idle or End
+                    break
+        self._arm("fetch", self.fetching.next_deadline_ms(), self._pump_all)
 
-    def _fetch_answered(self, fetcher: SourceFetcher, key: int, answer: Any) -> None:
+    def _fetch_answered(self, source_id: int, key: int, answer: Any) -> None:
         assert self.replicas is not None
-        for tp in fetcher.on_response(key, answer):
+        for tp in self.fetching.answered(source_id, key, answer):
             self.replicas.poke(tp)
-        self._wake_fetcher(fetcher.source_id, 0)
+        self._pump(source_id)
 
-    def _fetch_failed(self, fetcher: SourceFetcher, reason: str) -> None:
-        fetcher.on_failure(reason)
-        self._wake_fetcher(fetcher.source_id, 0)
+    def _fetch_failed(self, source_id: int, why: str) -> None:
+        self.fetching.request_failed(source_id, why)
+        self._pump(source_id)
 
     # ------------------------------------------------------------------------------- ISR
     def _isr_candidate(self, partition: Partition) -> None:
