@@ -1,11 +1,13 @@
 """The broker's ISR task: drives `isr.IsrManager` on the event loop and talks to the controller.
 
-Every `replica_lag_time_max_ms / 2` (at least `TICK_MS_MIN`), or sooner when a follower outside
-the ISR has caught up (`Partition.on_isr_candidate` wakes it, at most once per `WAKE_GAP_MS`) or a
-retry is due, it asks the manager for due proposals and sends them all in one AlterPartition to
-the controller (ControllerLink.alter_partition, its own connection), then hands each partition's
-answer back to the manager and pokes the partitions that changed, so acks=all waiters re-check.
-A connection failure or a top-level error is each proposal's answer (retried with backoff).
+When it runs is `isr_schedule.IsrSchedule`'s (sans-IO): every `replica_lag_time_max_ms / 2`
+(at least TICK_MS_MIN), or sooner when a follower outside the ISR has caught up
+(`Partition.on_isr_candidate` wakes it; runs at least WAKE_GAP_MS apart) or a retry is due. A
+run asks the manager for due proposals and sends them in AlterPartition requests to the
+controller (ControllerLink.alter_partition, its own connection), one at a time, then hands each
+partition's answer back to the manager and pokes the partitions that changed, so acks=all
+waiters re-check. A connection failure or a top-level error is each proposal's answer (retried
+with backoff).
 
 Version: AlterPartition v2+ names topics by id, and no control request gives a broker topic ids
 (LeaderAndIsr v4, UpdateMetadata v6 carry names only), so we send at most v1, by name; the
@@ -28,16 +30,14 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from .controller_link import ControllerUnavailable
 from .isr import IsrManager, IsrProposal
+from .isr_schedule import IsrSchedule
 from .partition import Partition, PartitionState
 from .parts import BrokerParts
 from .replicas import ReplicaManager
 
 log = logging.getLogger("epochlog.broker")
 
-TICK_MS_MIN = 100
-WAKE_GAP_MS = 50  # early wakes (a follower caught up) at most this often
 ALTER_PARTITION_VERSION_MAX = 1  # see the module docstring: v2+ needs topic ids
-PROPOSALS_PER_REQUEST_MAX = 1000
 
 
 def build_request(broker_id: int, broker_epoch: int,
@@ -74,34 +74,31 @@ class IsrTask:
     def __init__(self, parts: BrokerParts, manager: IsrManager) -> None:
         self.parts = parts
         self.manager = manager
-        self.tick_ms = max(TICK_MS_MIN, manager.lag_time_max_ms // 2)
+        self.schedule = IsrSchedule(manager)  # when to run: isr_schedule.py
         self._wake = asyncio.Event()
 
     def wake(self, partition: Partition | None = None) -> None:
+        self.schedule.wake(self.manager.clock())
         self._wake.set()
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Run when the schedule says, sending what it says, one request at a time."""
+        schedule, clock = self.schedule, self.manager.clock
+        schedule.start(clock())
         while True:
-            wait_ms = self.tick_ms
-            retry = self.manager.next_retry_ms()
-            if retry is not None:
-                wait_ms = max(0, min(wait_ms, retry - self.manager.clock()))
+            deadline = schedule.next_deadline_ms()
+            assert deadline is not None, "between runs the schedule always has a deadline"
             try:
-                async with asyncio.timeout(wait_ms / 1000):
+                async with asyncio.timeout(max(0, deadline - clock()) / 1000):
                     await self._wake.wait()
             except TimeoutError:
                 pass
-            started = loop.time()
             self._wake.clear()
-            await self.run_once()
-            # Rate-limit early wakes: a follower fetching often must not make us spin.
-            await asyncio.sleep(max(0.0, WAKE_GAP_MS / 1000 - (loop.time() - started)))
-
-    async def run_once(self) -> None:
-        proposals = self.manager.due(list(self.parts.replicas.partitions.values()))
-        for start in range(0, len(proposals), PROPOSALS_PER_REQUEST_MAX):
-            await self._send(proposals[start:start + PROPOSALS_PER_REQUEST_MAX])
+            actions = schedule.tick(clock(), list(self.parts.replicas.partitions.values()))
+            while actions:
+                [send] = actions
+                await self._send(list(send.proposals))
+                actions = schedule.answered(clock())
 
     async def _send(self, proposals: list[IsrProposal]) -> None:
         parts = self.parts

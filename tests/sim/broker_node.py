@@ -60,14 +60,9 @@ from epochlog.broker.follower import FollowerStats, SourceFetcher
 from epochlog.broker.handlers import fetch as fetch_handler
 from epochlog.broker.handlers import offset_for_leader_epoch as ofle_handler
 from epochlog.broker.handlers import produce as produce_handler
-from epochlog.broker.isr import IsrManager
-from epochlog.broker.isr_task import (
-    ALTER_PARTITION_VERSION_MAX,
-    TICK_MS_MIN,
-    WAKE_GAP_MS,
-    apply_answer,
-    build_request,
-)
+from epochlog.broker.isr import IsrManager, IsrProposal
+from epochlog.broker.isr_schedule import IsrSchedule, SendAlterPartition
+from epochlog.broker.isr_task import ALTER_PARTITION_VERSION_MAX, apply_answer, build_request
 from epochlog.broker.metadata_cache import MetadataCache
 from epochlog.broker.partition import Partition, PartitionState
 from epochlog.broker.read_path import ReadPath
@@ -235,12 +230,11 @@ class BrokerNode(Node):
                               lag_time_max_ms=self.settings.lag_time_max_ms,
                               retry_backoff_ms=self.settings.isr_retry_ms,
                               replica_live=lambda r: r in self.metadata.brokers)
-        self.isr_in_flight = False
-        self.isr_tick_ms = max(TICK_MS_MIN, self.settings.lag_time_max_ms // 2)
-        self.isr_wake_at = -1
+        self.isr_schedule = IsrSchedule(self.isr)
+        self.isr_schedule.start(self.sim.now_ms)
         self._session_do(self.session.start(self.sim.now_ms))
         self.timer(STORAGE_TICK_MS, self._storage_tick)
-        self._isr_schedule(self.isr_tick_ms)
+        self._isr_do([])
 
     def _learn_topic_settings(self) -> None:
         """What the LeaderAndIsr handler's DescribeConfigs fetch (load_topic_settings) gives,
@@ -577,44 +571,30 @@ class BrokerNode(Node):
         self._pump(source_id)
 
     # ------------------------------------------------------------------------------- ISR
-    def _isr_candidate(self, partition: Partition) -> None:
-        self._isr_schedule(WAKE_GAP_MS)
+    def _isr_candidate(self, partition: Partition) -> None:  # isr_task.IsrTask.wake
+        self.isr_schedule.wake(self.sim.now_ms)
+        self._arm("isr", self.isr_schedule.next_deadline_ms(), self._isr_tick)
 
-    def _isr_schedule(self, delay_ms: int) -> None:
-        at = self.sim.now_ms + delay_ms
-        if 0 <= self.isr_wake_at <= at:
-            return
-        self.isr_wake_at = at
-        self.timer(delay_ms, self._isr_run, at)
-
-    def _isr_run(self, at: int) -> None:
-        """isr_task.IsrTask: ask for due proposals, send them in one AlterPartition."""
+    def _isr_tick(self) -> None:
         assert self.replicas is not None
-        if self.isr_wake_at != at:
-            return
-        self.isr_wake_at = -1
-        if not self.isr_in_flight:
-            proposals = self.isr.due(list(self.replicas.partitions.values()))
-            if proposals:
-                self._alter_partition(proposals)
-        wait = self.isr_tick_ms
-        retry = self.isr.next_retry_ms()
-        if retry is not None:
-            wait = max(WAKE_GAP_MS, min(wait, retry - self.sim.now_ms))
-        self._isr_schedule(wait)
+        self._isr_do(self.isr_schedule.tick(self.sim.now_ms,
+                                            list(self.replicas.partitions.values())))
 
-    def _alter_partition(self, proposals: list[Any]) -> None:
-        request = build_request(self.broker_id, self.epochs.generation, proposals)
-        self.isr_in_flight = True
-        self.net.call(self, CONTROLLER_ID, 56, ALTER_PARTITION_VERSION_MAX, request,
-                      self.settings.request_timeout_ms,
-                      lambda answer: self._isr_results(proposals, answer),
-                      lambda reason: self._isr_results(proposals, None))
+    def _isr_do(self, actions: list[SendAlterPartition]) -> None:
+        """isr_task.IsrTask.run: each AlterPartition sent, its answer applied."""
+        for send in actions:  # one at most
+            sent = list(send.proposals)
+            request = build_request(self.broker_id, self.epochs.generation, sent)
+            self.net.call(self, CONTROLLER_ID, 56, ALTER_PARTITION_VERSION_MAX, request,
+                          self.settings.request_timeout_ms,
+                          lambda answer, sent=sent: self._isr_answered(sent, answer),
+                          lambda reason, sent=sent: self._isr_answered(sent, None))
+        self._arm("isr", self.isr_schedule.next_deadline_ms(), self._isr_tick)
 
-    def _isr_results(self, proposals: list[Any], answer: Any) -> None:
+    def _isr_answered(self, proposals: list[IsrProposal], answer: Any) -> None:
         assert self.replicas is not None
-        self.isr_in_flight = False
         apply_answer(self.replicas, self.isr, proposals, answer)
+        self._isr_do(self.isr_schedule.answered(self.sim.now_ms))
 
     # --------------------------------------------------------------------------- storage
     def _storage_tick(self) -> None:
