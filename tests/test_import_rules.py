@@ -53,7 +53,8 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
         "replicas", "partition", "isr", "follower", "fetcher", "replication_wait", "purgatory",
         "fetch_sessions", "read_path", "replica_selector", "controller_link", "topic_configs",
         "metadata_cache", "fencing", "producer_ids", "config", "error_answers",
-        "controller_session", "control_hold", "source_fetchers", "isr_schedule"})),
+        "controller_session", "control_hold", "source_fetchers", "isr_schedule",
+        "fetch_wait"})),
     ("storage", frozenset({"storage"})),
 ]
 

@@ -45,26 +45,26 @@ answer carries the last stable offset. read_uncommitted answers no aborted trans
 Sizes: partition_max_bytes per partition and max_bytes per request, except that the first batch
 of the first partition with data is always returned whole (KIP-74).
 
-Long poll: with fewer than min_bytes to return, nothing to answer at once and max_wait_ms left
-(capped by fetch_wait_ms_max), the request waits in the fetch purgatory, woken whenever a watched
-partition changes (an append, a high watermark move, a role change), and reads again. Answered at
-once: an error, a divergence, a preferred read replica, and (KIP-392 "high watermark
-propagation") a replica fetch from a follower that has not been told the current high watermark
-of a partition (FollowerProgress.high_watermark_sent), which includes the first fetch after we
-became leader; a high watermark move also wakes waiting replica fetches. The protocol carries no
-follower high watermark, so the leader remembers what it told each follower, as the seed says the
-fetch session lets it.
+Long poll (fetch_wait.ParkedFetch decides): with fewer than min_bytes to return, nothing to answer
+at once and max_wait_ms left (capped by fetch_wait_ms_max), the request waits in the fetch
+purgatory, woken whenever a watched partition changes (an append, a high watermark move, a role
+change), and reads again. Answered at once: an error, a divergence, a preferred read replica,
+and (KIP-392 "high watermark propagation") a replica fetch from a follower that has not been told
+the current high watermark of a partition (FollowerProgress.high_watermark_sent), which includes
+the first fetch after we became leader; a high watermark move also wakes waiting replica
+fetches. The protocol carries no follower high watermark, so the leader remembers what it told
+each follower, as the seed says the fetch session lets it.
 
 Structure: the decisions are sync functions of (app, request) that the deterministic simulation
 calls with a small app (broker_id, replicas, metadata, config): `begin` (session, follower
 positions), `read` (one pass over the partitions, no waiting, no mutation), `finish` (the answer
 as sent: incremental filtering, session and follower bookkeeping, counters); `answer` chains the
-three without waiting. `handle` is the asyncio driver that adds the long poll.
+three without waiting; `read_or_park` is one pass of the long poll. `handle` is the asyncio
+driver that adds the waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -84,6 +84,7 @@ from epochlog.protocol.batch import iter_headers
 from epochlog.protocol.error_codes import ErrorCode
 
 from ..fetch_sessions import FetchSession, FetchSessionCache, Kind, must_answer, remember
+from ..fetch_wait import ParkedFetch
 from ..partition import Partition, Role
 from ..read_path import ReadPath
 from ..replica_selector import NO_PREFERENCE, ClientView, preferred_read_replica, selector_for
@@ -155,22 +156,31 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     plan = begin(app, request, ctx.version)
     if isinstance(plan, FetchResponse):
         return plan
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + min(request.max_wait_ms, app.config.fetch_wait_ms_max) / 1000
+    replicas = replicas_of(app)
+    clock = replicas.clock
+    parked = ParkedFetch(clock(), min(request.max_wait_ms, app.config.fetch_wait_ms_max),
+                         request.min_bytes)
     while True:
-        done = read(app, plan)
-        remaining_ms = int((deadline - loop.time()) * 1000)
-        if done.answer_now or done.bytes >= request.min_bytes or remaining_ms <= 0:
+        now = clock()
+        done = read_or_park(app, plan, parked, now)
+        if isinstance(done, FetchResponse):
+            return done
+        if not await replicas.fetch_purgatory.wait_until(
+                [(topic, p.partition) for topic, p in plan.wants],
+                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now):
             return finish(app, plan, done)
-        seen = positions(app, plan)
 
-        def moved(seen: list[tuple[int, int, Role, int]] = seen) -> bool:
-            return positions(app, plan) != seen
 
-        changed = await replicas_of(app).fetch_purgatory.wait_until(
-            [(topic, p.partition) for topic, p in plan.wants], moved, remaining_ms)
-        if not changed:
-            return finish(app, plan, done)
+def read_or_park(app: BrokerApp, plan: Plan, parked: ParkedFetch,
+                 now_ms: int) -> FetchResponse | Read:
+    """One pass of the long poll (fetch_wait.py decides): the answer if it is due now; else
+    the read (the answer if the max wait passes with nothing moved), parked on the positions
+    it watches."""
+    done = read(app, plan)
+    if parked.read(now_ms, done.bytes, done.answer_now):
+        return finish(app, plan, done)
+    parked.park(positions(app, plan))
+    return done
 
 
 def answer(app: BrokerApp, request: FetchRequest, version: int) -> FetchResponse:

@@ -33,9 +33,9 @@ min.insync.replicas (the topic's, Kafka's exact rules; acks 0 and 1 are unaffect
   smaller than min.insync.replicas -> NOT_ENOUGH_REPLICAS_AFTER_APPEND: the ISR shrank while the
   request waited, the records are in the log but fewer replicas than asked for hold them.
 
-The decisions are plain functions a simulation calls without an event loop: `append` (one
-partition, returns what to wait for) and replication_wait.py's `replication_error` (None while
-still waiting); the handler adds only the wait.
+The decisions are plain functions a simulation calls without an event loop: `append_all` (every
+partition through `append`; the answer and what to wait for) and replication_wait.py's
+`ReplicationWait` (still waiting, or each partition's answer); the handler adds only the wait.
 """
 
 from __future__ import annotations
@@ -142,7 +142,19 @@ def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int,
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
-    app = ctx.app
+    response, waits = append_all(ctx.app, request)
+    if request.acks == 0:
+        return None
+    if request.acks == -1 and waits:
+        await wait_for_replication(replicas_of(ctx.app), waits, request.timeout_ms)
+    return response
+
+
+def append_all(app: BrokerApp, request: ProduceRequest
+               ) -> tuple[ProduceResponse, list[tuple[PartitionProduceResponse, Partition, int,
+                                                      int]]]:
+    """Every partition appended (or refused): the answer, and what acks=all waits for (answer,
+    partition, leader epoch, last offset; replication_wait.py)."""
     refuse = 0
     if request.acks not in ACKS:
         refuse = E.INVALID_REQUIRED_ACKS
@@ -160,11 +172,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             if partition is not None:
                 waits.append((answer, partition, partition.leader_epoch, last_offset))
         topics.append(TopicProduceResponse(name=topic.name, partition_responses=answers))
-    if request.acks == 0:
-        return None
-    if request.acks == -1 and waits:
-        await wait_for_replication(replicas_of(app), waits, request.timeout_ms)
-    return ProduceResponse(responses=topics)
+    return ProduceResponse(responses=topics), waits
 
 
 register(ApiKey.PRODUCE, 3, 9, handle)

@@ -56,6 +56,7 @@ from epochlog.broker.controller_session import (
 )
 from epochlog.broker.fencing import ControlEpochs
 from epochlog.broker.fetch_sessions import FetchSessionCache
+from epochlog.broker.fetch_wait import ParkedFetch
 from epochlog.broker.follower import FollowerStats, SourceFetcher
 from epochlog.broker.handlers import fetch as fetch_handler
 from epochlog.broker.handlers import offset_for_leader_epoch as ofle_handler
@@ -68,7 +69,7 @@ from epochlog.broker.partition import Partition, PartitionState
 from epochlog.broker.read_path import ReadPath
 from epochlog.broker.replica_selector import selector_for
 from epochlog.broker.replicas import ReplicaManager
-from epochlog.broker.replication_wait import replication_error
+from epochlog.broker.replication_wait import ReplicationWait
 from epochlog.broker.source_fetchers import Connect, Send, SourceFetchers
 from epochlog.broker.storage import LogConfig, LogManager
 from epochlog.broker.topic_configs import settings_from
@@ -84,10 +85,9 @@ from epochlog.protocol.apis.describe_configs import (
 )
 from epochlog.protocol.apis.fetch import FetchResponse
 from epochlog.protocol.apis.leader_and_isr import LeaderAndIsrPartitionError, LeaderAndIsrResponse
-from epochlog.protocol.apis.produce import ProduceResponse, TopicProduceResponse
+from epochlog.protocol.apis.produce import ProduceResponse
 from epochlog.protocol.apis.stop_replica import StopReplicaPartitionError, StopReplicaResponse
 from epochlog.protocol.apis.update_metadata import UpdateMetadataResponse
-from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.records import build_batch
 
 from .controller_node import CONTROLLER_ID
@@ -98,7 +98,6 @@ if TYPE_CHECKING:
     from .harness import Settings
     from .network import Conn, Network
 
-E = ErrorCode
 TP = tuple[str, int]
 CONTROL_KEYS = {4: "LeaderAndIsr", 5: "StopReplica", 6: "UpdateMetadata"}
 METADATA_KEY = -1  # the simulation's own "where is the leader" request (see producer.py)
@@ -162,8 +161,9 @@ class _AdmitUnconfirmed(ControlEpochs):
 @dataclasses.dataclass(eq=False)
 class _ParkedFetch:
     plan: fetch_handler.Plan
-    seen: list[Any]
+    parked: ParkedFetch
     reply: Callable[[Any], None]
+    done: fetch_handler.Read | None = None  # the last read: the answer at the deadline
 
 
 @dataclasses.dataclass(eq=False)
@@ -175,8 +175,8 @@ class _HeldControl:
 
 @dataclasses.dataclass(eq=False)
 class _PendingProduce:
+    wait: ReplicationWait
     response: ProduceResponse
-    waits: list[tuple[Any, Partition, int, int]]  # (answer, partition, epoch, last offset)
     reply: Callable[[Any], None]
 
 
@@ -444,85 +444,69 @@ class BrokerNode(Node):
     # ------------------------------------------------------------------------ fetch (leader)
     def _fetch(self, request: Any, version: int, reply: Callable[[Any], None]) -> None:
         """fetch.handle without the event loop: a read that has nothing to say yet is parked
-        until a watched position moves (after_event) or its max wait passes."""
+        until a watched position moves (after_event, as a purgatory poke) or its max wait
+        passes."""
         plan = fetch_handler.begin(self, request, version)
         if isinstance(plan, FetchResponse):
             reply(plan)
             return
-        done = fetch_handler.read(self, plan)
         wait_ms = min(request.max_wait_ms, self.config.fetch_wait_ms_max)
-        if done.answer_now or done.bytes >= request.min_bytes or wait_ms <= 0:
-            reply(fetch_handler.finish(self, plan, done))
-            return
-        parked = _ParkedFetch(plan, fetch_handler.positions(self, plan), reply)
-        self.parked.append(parked)
-        self.timer(wait_ms, self._fetch_deadline, parked)
+        entry = _ParkedFetch(plan, ParkedFetch(self.sim.now_ms, wait_ms, request.min_bytes), reply)
+        if self._read_or_park(entry):
+            self.timer(wait_ms, self._fetch_deadline, entry)
 
-    def _fetch_deadline(self, parked: _ParkedFetch) -> None:
-        if parked in self.parked:
-            self.parked.remove(parked)
-            self._answer_parked(parked)
+    def _read_or_park(self, entry: _ParkedFetch) -> bool:
+        done = fetch_handler.read_or_park(self, entry.plan, entry.parked, self.sim.now_ms)
+        if isinstance(done, FetchResponse):
+            entry.reply(done)
+            return False
+        entry.done = done
+        self.parked.append(entry)
+        return True
 
-    def _answer_parked(self, parked: _ParkedFetch) -> None:
-        parked.reply(fetch_handler.finish(self, parked.plan,
-                                          fetch_handler.read(self, parked.plan)))
+    def _fetch_deadline(self, entry: _ParkedFetch) -> None:
+        if entry in self.parked:
+            assert entry.done is not None
+            self.parked.remove(entry)
+            entry.reply(fetch_handler.finish(self, entry.plan, entry.done))
 
     # --------------------------------------------------------------------------- produce
     def _produce(self, request: Any, reply: Callable[[Any], None]) -> None:
-        """produce.handle for acks=-1 without the event loop."""
-        assert request.acks == -1, "the simulated producers use acks=all"
-        waits = []
-        topics = []
-        for topic in request.topic_data:
-            answers = []
-            for data in topic.partition_data:
-                answer, partition, last_offset = produce_handler.append(self, topic.name, data,
-                                                                        request.acks)
-                answers.append(answer)
-                if partition is not None:
-                    waits.append((answer, partition, partition.leader_epoch, last_offset))
-            topics.append(TopicProduceResponse(name=topic.name, partition_responses=answers))
-        pending = _PendingProduce(ProduceResponse(responses=topics), waits, reply)
+        """produce.handle for acks=-1 without the event loop: its ReplicationWait re-checked
+        after every event (as a purgatory poke), final at the request's timeout."""
+        assert request.acks == -1 and self.replicas is not None, "the producers use acks=all"
+        response, waits = produce_handler.append_all(self, request)
         if self.settings.broken == "ack_on_append":
-            reply(pending.response)  # BROKEN on purpose: acks=1 passed off as acks=all
+            reply(response)  # BROKEN on purpose: acks=1 passed off as acks=all
             return
-        if not self._try_settle(pending, final=False):
-            self.pending.append(pending)
-            self.timer(request.timeout_ms, self._produce_deadline, pending)
+        pending = _PendingProduce(ReplicationWait(self.replicas, waits), response, reply)
+        if pending.wait.settled():
+            reply(response)
+            return
+        self.pending.append(pending)
+        self.timer(request.timeout_ms, self._produce_deadline, pending)
 
     def auto_create_soon(self, topic: str) -> None:  # produce.py calls it for unknown topics
         pass
 
-    def _try_settle(self, pending: _PendingProduce, final: bool) -> bool:
-        """replication_wait.wait_for_replication: done when every partition has its answer
-        (replication_error not None); at the deadline the rest are REQUEST_TIMED_OUT."""
-        errors = [replication_error(self.replicas, p, epoch, last)
-                  for _, p, epoch, last in pending.waits]
-        if not final and any(e is None for e in errors):
-            return False
-        for (answer, _, _, _), error in zip(pending.waits, errors, strict=True):
-            answer.error_code = E.REQUEST_TIMED_OUT if error is None else error
-        pending.reply(pending.response)
-        return True
-
     def _produce_deadline(self, pending: _PendingProduce) -> None:
         if pending in self.pending:
             self.pending.remove(pending)
-            self._try_settle(pending, final=True)
+            pending.wait.settled(final=True)
+            pending.reply(pending.response)
 
     # ------------------------------------------------------------------ after every event
     def after_event(self) -> None:
         if self.replicas is None:
             return
-        if self.pending:
-            for pending in list(self.pending):
-                if self._try_settle(pending, final=False):
-                    self.pending.remove(pending)
-        if self.parked:
-            for parked in list(self.parked):
-                if fetch_handler.positions(self, parked.plan) != parked.seen:
-                    self.parked.remove(parked)
-                    self._answer_parked(parked)
+        for pending in list(self.pending):
+            if pending.wait.settled():
+                self.pending.remove(pending)
+                pending.reply(pending.response)
+        for entry in list(self.parked):
+            if entry.parked.moved(fetch_handler.positions(self, entry.plan)):
+                self.parked.remove(entry)
+                self._read_or_park(entry)
         self.checkers.observe_broker(self)
 
     # --------------------------------------------------------------------- fetch (follower)
