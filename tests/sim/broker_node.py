@@ -1,32 +1,32 @@
-"""A broker process, simulated: the real replica state machines and storage on the simulated clock
-and network.
+"""A broker process, simulated: the broker's real machines and storage on the simulated clock
+and network, each driven here as the broker's asyncio code drives it.
 
-What is real:
-- `ControlEpochs` (fencing of control requests), `MetadataCache`, `ReplicaManager` / `Partition`
-  (LeaderAndIsr and StopReplica applied through the sync calls the handlers make), storage
-  `LogManager` / `Log` on real files, recovery after a crash included;
-- follower replication: `follower.SourceFetcher`, one per source broker, followed and unfollowed
-  through `ReplicaManager.partition_listeners` exactly as fetcher.py's `on_partition` does;
-- ISR changes: `isr.IsrManager`, with isr_task.py's `build_request` / `apply_answer`;
-- the serving decisions: fetch.py's `begin` / `read` / `finish` / `positions`,
-  offset_for_leader_epoch.py's `answer`, produce.py's `append`, replication_wait.py's
-  `replication_error`.
-What is mirrored because the real code is asyncio:
-- the controller link (controller_link.py): register with an incarnation id (the answer confirms
-  the generation: `ControlEpochs.registration_answered`), heartbeat on the same connection, which
-  a failed request closes; when the controller closes it (it crashed) the wait notices at its next
-  look (every CONNECTION_CHECK_MS) and heartbeats at once; failed heartbeats back off from
-  BACKOFF_MS_MIN, never longer than the interval; STALE_BROKER_EPOCH -> `generation_over`, resign
-  everything, register again;
-- app.control_request_ready: LeaderAndIsr, StopReplica and UpdateMetadata that arrive while
-  `ControlEpochs.must_wait()` are held, then judged by `admit` in arrival order once the
-  generation is confirmed; after `controller_request_timeout_ms` a held one is dropped unanswered
-  (the controller's sender resends it);
+Real (the broker's own code, through the same events, actions and deadlines):
+- the controller link's decisions, `controller_session.ControllerSession` (register with backoff,
+  heartbeat, heartbeat at once on a closed connection, STALE_BROKER_EPOCH ends the generation),
+  and the hold of control requests until the generation is confirmed, `control_hold.ControlHold`,
+  with `ControlEpochs` (fencing of control requests);
+- `MetadataCache`, `ReplicaManager` / `Partition` (LeaderAndIsr and StopReplica applied through
+  the sync calls the handlers make), storage `LogManager` / `Log` on real files, recovery after a
+  crash included;
+- follower replication: `source_fetchers.SourceFetchers` (which source fetches what; connect,
+  send, sleep, end) over `follower.SourceFetcher`, told by `ReplicaManager.partition_listeners`;
+- ISR changes: `isr_schedule.IsrSchedule` (when) over `isr.IsrManager` (what), with
+  isr_task.py's `build_request` / `apply_answer`;
+- serving: fetch.py's `begin` / `read_or_park` / `finish` / `positions` with
+  `fetch_wait.ParkedFetch`, offset_for_leader_epoch.py's `answer`, produce.py's `append_all` with
+  `replication_wait.ReplicationWait`.
+What stands in for asyncio here: a machine's requests go on the simulated network and its next
+deadline is a timer (`_arm`); parked fetches and acks=all waits are re-checked after every event
+of this node, as a purgatory poke would wake them; the controller's close of our heartbeat
+connection reaches the session when it arrives (ControllerLink looks every CONNECTION_CHECK_MS);
+a fetcher's connection opens at once (a leader that is down fails the request instead).
+Mirrored still:
 - the handlers' order (fence, apply; LeaderAndIsr: each partition, then forget the unlisted); the
   LeaderAndIsr DescribeConfigs fetch is done once at start, through the real `TopicConfigs.ensure`
   answered with the topic's settings;
-- the fetch long poll and the acks=all wait (re-checked after every event of this node, as a
-  purgatory poke would), the fetcher and ISR tasks' loops, and the storage tick.
+- the storage tick (app.py's loop: flush the logs that are due, then `LogManager.tick`; nothing
+  there to decide).
 
 A crash drops every object and closes every connection at once (network.py); files stay as a
 killed process leaves them (no checkpoint, no clean-shutdown marker), sometimes with a torn,
@@ -234,7 +234,7 @@ class BrokerNode(Node):
         self.isr_schedule.start(self.sim.now_ms)
         self._session_do(self.session.start(self.sim.now_ms))
         self.timer(STORAGE_TICK_MS, self._storage_tick)
-        self._isr_do([])
+        self._isr_do([])  # its first tick
 
     def _learn_topic_settings(self) -> None:
         """What the LeaderAndIsr handler's DescribeConfigs fetch (load_topic_settings) gives,

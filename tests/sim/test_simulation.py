@@ -91,14 +91,15 @@ def test_checkers_catch_a_broken_cluster(broken: str) -> None:
 # registration answer (2 of 0-999). If the harness's random draws change and this test fails
 # because these seeds no longer hit that window, re-pin them from
 # `python -m tests.sim --range=0:1000 --broken=admit_unconfirmed` (re-pinned when crashed
-# brokers began to restart uncleanly, KIP-966).
-UNCONFIRMED_SEEDS = (241, 359)
+# brokers began to restart uncleanly, KIP-966, and when the broker's drivers became the machines
+# the simulation drives).
+UNCONFIRMED_SEEDS = (367, 850)
 
 
 def test_control_requests_wait_for_the_registration_answer() -> None:
     """The bug of seeds 3, 847, 923 (docs/simulation.md) is still within the harness's reach:
     with the broker's hold disabled these seeds lose acknowledged writes; with the real rule
-    (ControlEpochs.must_wait, mirrored in broker_node) they keep them."""
+    (ControlEpochs.must_wait, held by the broker's ControlHold) they keep them."""
     broken = [run_seed(s, settings_for(s, broken="admit_unconfirmed")) for s in UNCONFIRMED_SEEDS]
     assert any(r.violations for r in broken), [r.describe() for r in broken]
     fixed = [run_seed(s) for s in UNCONFIRMED_SEEDS]
