@@ -758,6 +758,12 @@ class ControllerState:
             return topic.configs[name]
         return self.dynamic_defaults.get(name, self.topic_defaults.get(name))
 
+    def decided_settings(self, name: str) -> dict[str, str]:
+        """The settings the controller decides for topic `name`, which its control requests
+        carry to brokers (topic_settings.decided; outbox.py)."""
+        return topic_settings.decided(self.topics[name].configs, self.topic_defaults,
+                                      self.dynamic_defaults)
+
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      assignments: Mapping[int, Sequence[int]] | None,
                      configs: Mapping[str, str | None], validate_only: bool = False
@@ -800,8 +806,7 @@ class ControllerState:
     def alter_topic_configs(self, name: str, configs: Mapping[str, str | None],
                             validate_only: bool = False) -> tuple[int, str | None]:
         """Replace a topic's own settings with configs (a null value: back to the default);
-        (0, None) or (error, why). The brokers put the change into force when they next ask
-        (within their refresh interval)."""
+        (0, None) or (error, why). The change goes to the brokers in UpdateMetadata."""
         topic = self.topics.get(name)
         if topic is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
@@ -815,23 +820,32 @@ class ControllerState:
             return E.INVALID_CONFIG, too_many
         if validate_only or overrides == topic.configs:
             return 0, None
+        before = {name: self.decided_settings(name)}
         self._emit(TopicConfigsChanged(name, overrides))
+        self._settings_changed(before)
         log.info("topic %s: settings changed to %s", name, overrides or "the defaults")
         return 0, None
 
     def alter_cluster_defaults(self, configs: Mapping[str, str | None],
                                validate_only: bool = False) -> tuple[int, str | None]:
         """Replace the dynamic cluster-wide defaults (by topic setting name; a null value: none)
-        with configs; (0, None) or (error, why). Topics without their own value follow them
-        (brokers put them into force when they next ask)."""
+        with configs; (0, None) or (error, why). Topics without their own value follow them: the
+        brokers learn their new settings in UpdateMetadata."""
         bad, defaults = topic_settings.check(configs)
         if bad is not None:
             return E.INVALID_CONFIG, bad
         if validate_only or defaults == self.dynamic_defaults:
             return 0, None
+        before = {name: self.decided_settings(name) for name in self.topics}
         self._emit(ClusterDefaultsChanged(defaults))
+        self._settings_changed(before)
         log.info("dynamic cluster defaults changed to %s", defaults or "none")
         return 0, None
+
+    def _settings_changed(self, before: Mapping[str, Mapping[str, str]]) -> None:
+        """The topics of `before` whose decided settings now differ go to the brokers."""
+        self._out.settings.update(name for name, was in before.items()
+                                  if self.decided_settings(name) != was)
 
     def _add_partition(self, topic: Topic, index: int, replicas: Sequence[int]) -> None:
         live = tuple(r for r in replicas if self._eligible(r))
@@ -889,6 +903,7 @@ class ControllerState:
             return E.UNKNOWN_TOPIC_OR_PARTITION
         parts = sorted(topic.partitions.items())
         self._emit(TopicDeleted(topic_name))
+        self._out.settings.discard(topic_name)
         for index, p in parts:
             self._out.deleted[(topic_name, index)] = p.replicas
             self._out.leader_and_isr.pop((topic_name, index), None)
