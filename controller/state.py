@@ -6,7 +6,8 @@ Theory of operation
 generations (broker epochs, KIP-380), topics with their partitions' replicas, leader, leader epoch,
 ISR and partition epoch. It does no I/O and never reads a clock: every method that depends on time
 takes `now_ms`, and randomness (topic ids, where assignment starts) comes from an injected
-`random.Random`. The same code runs in real processes and in a deterministic simulation.
+`random.Random`. Its settings are the controller's own `ControllerConfig`, read where they are
+needed. The same code runs in real processes and in a deterministic simulation.
 
 Deciding and applying are separate. A decision (`register_broker`, `expire_sessions`,
 `alter_partition`, `create_topic`, ...) reads the state and emits records; the state changes only
@@ -31,10 +32,10 @@ that leads a partition after its (re)registration always leads it in a new leade
 
 Connection loss: a killed broker's TCP connections close at once, long before its session would
 expire. When the connection a live generation heartbeats on closes (`connection_lost`, told by the
-service), its session deadline is brought forward to `connection_loss_grace_ms` from then (never
-pushed back): a live broker reconnects and heartbeats within it (which restores a full session);
-a dead one is failed by `expire_sessions` as if its session had expired, logged as a connection
-loss. Volatile, like every session deadline.
+service), its session deadline is brought forward to `broker_connection_loss_grace_ms` from then
+(never pushed back): a live broker reconnects and heartbeats within it (which restores a full
+session); a dead one is failed by `expire_sessions` as if its session had expired, logged as a
+connection loss. Volatile, like every session deadline.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
 from epochlog.protocol.error_codes import ErrorCode
 
 from . import outbox, rebalance, topic_checks, topic_settings
+from .config import ControllerConfig
 from .model import ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send, Topic
 from .records import (
     BrokerRegistered,
@@ -101,26 +103,14 @@ class HeartbeatResult:
 
 
 class ControllerState:
-    def __init__(self, *, controller_id: int = 3000, session_timeout_ms: int = 9000,
-                 topic_defaults: Mapping[str, str] | None = None,
-                 default_num_partitions: int = 1, default_replication_factor: int = -1,
-                 cluster_id: str = "epochlog", rng: random.Random | None = None,
-                 auto_leader_rebalance_enable: bool = True,
-                 leader_imbalance_per_broker_percentage: int = 10,
-                 leader_imbalance_check_interval_ms: int = 300_000,
-                 connection_loss_grace_ms: int = 500,
-                 unclean_recovery_timeout_ms: int = 5000) -> None:
-        self.controller_id = controller_id
-        self.session_timeout_ms = session_timeout_ms
-        self.connection_loss_grace_ms = connection_loss_grace_ms
-        self.topic_defaults = dict(topic_defaults or {})
-        self.default_num_partitions = default_num_partitions
-        self.default_replication_factor = default_replication_factor
-        self.cluster_id = cluster_id
+    def __init__(self, config: ControllerConfig, rng: random.Random | None = None) -> None:
+        """config: the controller's settings, read from there (so a new one is added in
+        ControllerConfig alone); rng: all the state's randomness."""
+        self.config = config
+        self.controller_id = config.controller_id
+        self.cluster_id = config.cluster_id
+        self.topic_defaults = config.topic_defaults()  # the static defaults of topic settings
         self.rng = rng or random.Random()
-        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
-        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
-        self.leader_imbalance_check_interval_ms = leader_imbalance_check_interval_ms
         # Durable state: changed only by apply().
         self.controller_epoch = 0
         self.next_broker_epoch = 1
@@ -137,8 +127,8 @@ class ControllerState:
         self._next_rebalance_ms: int | None = None  # set by the first rebalance_leaders call
         # KIP-966 unclean recovery (unclean_recovery.py); None: an unclean election takes the
         # first live replica at once (unclean_recovery_timeout_ms -1)
-        self.recoveries = Recoveries(unclean_recovery_timeout_ms) \
-            if unclean_recovery_timeout_ms >= 0 else None
+        self.recoveries = Recoveries(config.unclean_recovery_timeout_ms) \
+            if config.unclean_recovery_timeout_ms >= 0 else None
         # broker id -> the generation whose heartbeat connection closed and which has not
         # heartbeated since (its session deadline is the grace's end)
         self._connection_lost: dict[int, int] = {}
@@ -213,7 +203,7 @@ class ControllerState:
         self._connection_lost.clear()
         for broker in self.brokers.values():
             if broker.live:
-                broker.session_deadline_ms = now_ms + self.session_timeout_ms
+                broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
                 self._out.full.add(broker.broker_id)
         log.info("controller %d started with controller epoch %d (%d live brokers, %d topics)",
                  self.controller_id, self.controller_epoch,
@@ -249,7 +239,7 @@ class ControllerState:
         epoch = self.next_broker_epoch
         self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
         broker = self.brokers[broker_id]
-        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         self._connection_lost.pop(broker_id, None)
         self.counters["registrations"] += 1
         log.info("broker %d registered: generation %d, rack %s, listeners %s (control requests "
@@ -284,7 +274,7 @@ class ControllerState:
         broker = self._current_generation(broker_id, broker_epoch, "BrokerHeartbeat")
         if broker is None:
             return HeartbeatResult(error=E.STALE_BROKER_EPOCH)
-        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         if self._connection_lost.pop(broker_id, None) is not None:
             log.info("broker %d generation %d heartbeats again after its connection closed",
                      broker_id, broker_epoch)
@@ -338,24 +328,25 @@ class ControllerState:
                 log.log(logging.INFO if broker.state == SHUTTING_DOWN else logging.WARNING,
                         "broker %d generation %d: connection lost, no heartbeat on a new "
                         "connection within %d ms", broker.broker_id, broker.broker_epoch,
-                        self.connection_loss_grace_ms)
+                        self.config.broker_connection_loss_grace_ms)
                 self.counters["connection_loss_failures"] += 1
                 self._fail_generation(broker, "connection lost")
                 continue
             log.warning("broker %d generation %d: session expired (%d ms without heartbeat)",
-                        broker.broker_id, broker.broker_epoch, self.session_timeout_ms)
+                        broker.broker_id, broker.broker_epoch,
+                        self.config.broker_session_timeout_ms)
             self.counters["sessions_expired"] += 1
             self._fail_generation(broker, "session expired")
         return [b.broker_id for b in expired]
 
     def connection_lost(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
         """The connection generation broker_epoch of broker_id heartbeats on closed: unless it
-        heartbeats again within connection_loss_grace_ms, expire_sessions fails it. True when
-        that shortened its session (a live generation, whose deadline was later)."""
+        heartbeats again within broker_connection_loss_grace_ms, expire_sessions fails it. True
+        when that shortened its session (a live generation, whose deadline was later)."""
         broker = self.brokers.get(broker_id)
         if broker is None or not broker.live or broker.broker_epoch != broker_epoch:
             return False
-        deadline_ms = now_ms + self.connection_loss_grace_ms
+        deadline_ms = now_ms + self.config.broker_connection_loss_grace_ms
         if deadline_ms >= broker.session_deadline_ms:
             return False
         broker.session_deadline_ms = deadline_ms
@@ -363,7 +354,7 @@ class ControllerState:
         self.counters["connection_losses"] += 1
         log.info("broker %d generation %d: its heartbeat connection closed; failed in %d ms "
                  "unless it heartbeats again", broker_id, broker_epoch,
-                 self.connection_loss_grace_ms)
+                 self.config.broker_connection_loss_grace_ms)
         return True
 
     def next_session_deadline_ms(self) -> int | None:
@@ -380,7 +371,7 @@ class ControllerState:
         broker = self._current_generation(broker_id, broker_epoch, "ControlledShutdown")
         if broker is None:
             return E.STALE_BROKER_EPOCH, []
-        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         self._connection_lost.pop(broker_id, None)  # alive after all: a full session
         return 0, self._shut_down(broker)
 
@@ -674,14 +665,16 @@ class ControllerState:
         """Kafka's auto leader rebalance (rebalance.py), at most once per check interval (the
         first check one interval after the first call). The partitions whose leadership moved
         back to their preferred replica."""
-        if not self.auto_leader_rebalance_enable:
+        if not self.config.auto_leader_rebalance_enable:
             return []
+        interval_ms = self.config.leader_imbalance_check_interval_seconds * 1000
         if self._next_rebalance_ms is None:
-            self._next_rebalance_ms = now_ms + self.leader_imbalance_check_interval_ms
+            self._next_rebalance_ms = now_ms + interval_ms
         if now_ms < self._next_rebalance_ms:
             return []
-        self._next_rebalance_ms = now_ms + self.leader_imbalance_check_interval_ms
-        over = rebalance.over_threshold(self.topics, self.leader_imbalance_per_broker_percentage)
+        self._next_rebalance_ms = now_ms + interval_ms
+        percentage = self.config.leader_imbalance_per_broker_percentage
+        over = rebalance.over_threshold(self.topics, percentage)
         moved = []
         for name, index in rebalance.candidates(self.topics, set(over)):
             topic = self.topics[name]
@@ -690,7 +683,7 @@ class ControllerState:
             error, _ = self._elect_preferred(
                 topic, index, p, f"leader rebalance: broker {p.replicas[0]} leads "
                 f"{total - not_led} of the {total} partitions it is preferred for, imbalance "
-                f"above {self.leader_imbalance_per_broker_percentage}%")
+                f"above {percentage}%")
             if error == 0:
                 moved.append((name, index))
         if moved:
@@ -862,9 +855,9 @@ class ControllerState:
         num.partitions and default.replication.factor; unset, min(3, eligible brokers))."""
         eligible = [(b.broker_id, b.rack) for b in self.brokers.values() if b.eligible]
         if num_partitions == -1:
-            num_partitions = self.default_num_partitions
+            num_partitions = self.config.default_num_partitions
         if replication_factor == -1:
-            replication_factor = self.default_replication_factor
+            replication_factor = self.config.default_replication_factor
             if replication_factor == -1:
                 replication_factor = min(3, len(eligible))
         return topic_checks.auto_assignment(eligible, num_partitions, replication_factor,

@@ -46,15 +46,14 @@ from epochlog.protocol.apis.incremental_alter_configs import (
 from epochlog.protocol.apis.incremental_alter_configs import IncrementalAlterConfigsRequest
 from epochlog.protocol.error_codes import ErrorCode as E
 
-from .test_state import SESSION_MS, Journal, register
+from .test_state import SESSION_MS, Journal, config, register
 
-# The controller's static defaults: segment.bytes differs from Kafka's (STATIC_BROKER_CONFIG, so
-# decided); min.insync.replicas is Kafka's own (DEFAULT_CONFIG: left to each broker).
-STATIC = {"segment.bytes": "1048576", "min.insync.replicas": "1"}
+# The controller's static defaults (ControllerConfig's default_*) are Kafka's (DEFAULT_CONFIG: left
+# to each broker) but for segment.bytes, 1 MiB here (STATIC_BROKER_CONFIG, so decided).
 
 
 def cluster(n: int = 3) -> tuple[ControllerState, dict[int, int]]:
-    s = ControllerState(session_timeout_ms=SESSION_MS, rng=random.Random(7), topic_defaults=STATIC)
+    s = ControllerState(config(default_segment_bytes=1 << 20), random.Random(7))
     s.start(now_ms=0)
     epochs = {i: register(s, i) for i in range(1, n + 1)}
     s.take_ready()
@@ -180,7 +179,7 @@ def test_a_replayed_controller_decides_the_same_settings() -> None:
     assert s.create_topic("t", -1, -1, {0: [1, 2, 3]}, {"retention.ms": "1000"}).error == 0
     s.alter_cluster_defaults({"segment.ms": "60000"})
     journal.take()
-    fresh = ControllerState(session_timeout_ms=SESSION_MS, topic_defaults=STATIC)
+    fresh = ControllerState(config(default_segment_bytes=1 << 20))
     fresh.replay(journal.records)
     assert fresh.decided_settings("t") == s.decided_settings("t") == {
         "retention.ms": "1000", "segment.ms": "60000", "segment.bytes": "1048576"}
