@@ -22,7 +22,9 @@ that follow from them; `take_ready()` hands both over, like etcd-raft's Ready:
 stop: the in-memory state would be ahead of the durable one.
 
 Beside this file: what the decisions must tell brokers is noted in an `Outbox`, which builds the
-control requests (outbox.py); a topic request's checks are pure functions (topic_checks.py).
+control requests (outbox.py); a topic request's checks are pure functions (topic_checks.py), and
+so is the choice of a partition's next leader and its ISR (elections.py), which the decisions
+here carry out.
 
 KIP-380 handling of broker changes: a registration from a broker id with no live generation is a
 start-up; one while the old generation is still live, from a new process (another incarnation id),
@@ -51,7 +53,7 @@ from typing import Any
 from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
 from epochlog.protocol.error_codes import ErrorCode
 
-from . import outbox, rebalance, topic_checks, topic_settings
+from . import elections, outbox, rebalance, topic_checks, topic_settings
 from .config import ControllerConfig
 from .model import ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send, Topic
 from .records import (
@@ -71,16 +73,6 @@ from .unclean_recovery import Recoveries
 log = logging.getLogger("epochlog.controller")
 
 TOMBSTONES_MAX = 10_000  # deleted topics remembered for full-state resyncs (volatile)
-ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
-# Clean elections from outside the ISR (KIP-966), by _pick_leader's source: the counter, the set
-# named in the log line, and why.
-_OUTSIDE_ISR = {
-    "elr": ("elections_from_elr", "eligible leader replicas",
-            "no live in-sync replica (the ELR holds everything committed)"),
-    "last known": ("elections_from_last_known_elr", "last known ELR",
-                   "every in-sync and eligible replica restarted uncleanly (what the new leader "
-                   "lost in its crash is lost)"),
-}
 
 E = ErrorCode
 
@@ -252,7 +244,7 @@ class ControllerState:
         """KIP-966: a broker that did not shut down cleanly may have lost what it acknowledged
         (a crash before its page cache reached the disk, a recovery cut): it leaves the ISR and
         the ELR of its partitions, so that it leads only after catching up, and joins their
-        last known ELR, a last resort once ISR and ELR are both empty (`_pick_leader`), a
+        last known ELR, a last resort once ISR and ELR are both empty (elections.py), a
         former ISR member ahead of former ELR members."""
         self.counters["unclean_restarts"] += 1
         log.warning("broker %d restarted after an unclean shutdown (its last generation was %d, "
@@ -436,14 +428,14 @@ class ControllerState:
             if len(p.replicas) == 1:
                 continue  # nowhere to move it; Kafka leaves such partitions out too
             if p.leader == bid:
-                new = self._pick_leader(topic.name, index, p, exclude=bid, unclean=False,
-                                        elr=False)[0]
-                if new == NO_LEADER:
+                choice = elections.at_shutdown(p, self._can_lead(topic.name, index), self._live,
+                                               bid)
+                if choice.leader == NO_LEADER:
                     if any(self._alive(r) for r in p.replicas if r != bid):
                         remaining.append((topic.name, index))
                     continue
                 self.counters["elections_clean"] += 1
-                self._change(topic, index, new, self._isr_with_leader(p, new, bid),
+                self._change(topic, index, choice.leader, choice.isr,
                              f"controlled shutdown of {bid}")
             elif bid in p.isr and len(p.isr) > 1:
                 self._change(topic, index, p.leader, _without(p.isr, bid),
@@ -457,42 +449,22 @@ class ControllerState:
         return b is not None and b.eligible
 
     # ------------------------------------------------------------------------------ elections
-    def _pick_leader(self, name: str, index: int, p: Partition, exclude: int | None,
-                     unclean: bool, elr: bool = True) -> tuple[int, str]:
-        """(leader, from where: "isr", "elr", "last known", "unclean" or "" for none): the
-        first eligible ISR member in assignment order; then (elr) the first eligible replica of
-        the ELR, which is as clean (KIP-966); when ISR and ELR are both empty because all their
-        members restarted uncleanly, the first eligible of the last known ELR (the best left:
-        nothing cleaner can return); with unclean allowed, the first eligible replica. A replica
-        whose log is offline on its broker is not eligible."""
-        for r in p.replicas:
-            if r != exclude and r in p.isr and self._eligible(r, (name, index)):
-                return r, "isr"
-        if elr:
-            for r in p.replicas:
-                if r != exclude and r in p.elr and self._eligible(r, (name, index)):
-                    return r, "elr"
-            if not p.isr and not p.elr:  # every eligible replica restarted uncleanly
-                for r in p.last_known_elr:
-                    if r != exclude and self._eligible(r, (name, index)):
-                        return r, "last known"
-        if unclean:
-            for r in p.replicas:
-                if r != exclude and self._eligible(r, (name, index)):
-                    return r, "unclean"
-        return NO_LEADER, ""
+    def _can_lead(self, name: str, index: int) -> elections.Eligible:
+        """Whether a replica of partition name-index may lead now (elections.py)."""
+        return lambda r: self._eligible(r, (name, index))
 
     def _elect(self, topic: Topic, index: int, p: Partition, reason: str, *,
                planned: bool = False, not_eligible: tuple[int, ...] = ()) -> None:
-        """Leader election after the leader failed (or for an offline partition): from the
-        ISR, else from the eligible leader replicas (KIP-966), else, if the topic allows it,
-        unclean. not_eligible: replicas that leave the ISR without joining the ELR (their log
-        lost records)."""
-        failed = p.leader if p.leader != NO_LEADER else None
+        """Leader election after the leader failed (or for an offline partition), chosen by
+        elections.after_leader_loss: from the ISR, else from the eligible leader replicas
+        (KIP-966), else, if the topic allows it, unclean (through unclean recovery when it is
+        on). not_eligible: replicas that leave the ISR without joining the ELR (their log lost
+        records)."""
         unclean_ok = topic_settings.is_true(
             self.topic_setting(topic, "unclean.leader.election.enable"))
-        new, source = self._pick_leader(topic.name, index, p, exclude=failed,
-                                        unclean=unclean_ok)
+        choice = elections.after_leader_loss(p, self._can_lead(topic.name, index), self._live,
+                                             unclean=unclean_ok)
+        new, source = choice.leader, choice.source
         if new == NO_LEADER:
             if p.leader == NO_LEADER and not not_eligible:
                 return  # still offline: nothing changes
@@ -501,28 +473,27 @@ class ControllerState:
                     "%s-%d is OFFLINE: no live in-sync or eligible replica (%s)", topic.name,
                     index, reason)
             self.counters["partitions_offline"] += 1
-            self._change(topic, index, NO_LEADER, p.isr, reason, not_eligible=not_eligible)
+            self._change(topic, index, NO_LEADER, choice.isr, reason, not_eligible=not_eligible)
             return
-        if source == "unclean" and self.recoveries is not None:
+        if source == elections.UNCLEAN and self.recoveries is not None:
             self._recover(topic, index, p, reason, not_eligible)
             return
-        if source == "unclean":
+        if source == elections.UNCLEAN:
             log.warning("UNCLEAN leader election for %s-%d: broker %d is not in the ISR %s; "
                         "records acknowledged by the old ISR may be lost", topic.name, index,
                         new, list(p.isr))
             self._lead_uncleanly(topic, index, new, f"UNCLEAN election: {reason}")
             return
-        if source in _OUTSIDE_ISR:
-            counter, where, why = _OUTSIDE_ISR[source]
+        if source in elections.OUTSIDE_ISR:
+            counter, where, why = elections.OUTSIDE_ISR[source]
             log.warning("%s-%d: %s; broker %d leads from the %s %s", topic.name, index, why, new,
-                        where, list(p.elr if source == "elr" else p.last_known_elr))
+                        where, list(p.elr if source == elections.FROM_ELR else p.last_known_elr))
             self.counters[counter] += 1
-            self._change(topic, index, new, (new,), f"election from the {where}: {reason}",
+            self._change(topic, index, new, choice.isr, f"election from the {where}: {reason}",
                          not_eligible=not_eligible)
             return
         self.counters["elections_clean"] += 1
-        self._change(topic, index, new, self._isr_with_leader(p, new, failed), reason,
-                     not_eligible=not_eligible)
+        self._change(topic, index, new, choice.isr, reason, not_eligible=not_eligible)
 
     # ------------------------------------------------------------------ unclean recovery
     def _recover(self, topic: Topic, index: int, p: Partition, reason: str,
@@ -616,11 +587,6 @@ class ControllerState:
         kept = [r for r in p.elr if r not in isr]
         return tuple(kept + [r for r in p.isr if r not in isr and r not in kept])
 
-    def _isr_with_leader(self, p: Partition, leader: int, leaving: int | None) -> tuple[int, ...]:
-        """The ISR after `leader` takes over: members that are still live, minus `leaving`."""
-        return tuple(r for r in p.isr
-                     if r == leader or (r != leaving and self._live(r)))
-
     def elect_leader(self, topic_name: str, index: int, election_type: int
                      ) -> tuple[int, str | None]:
         """ElectLeaders for one partition: (error, message)."""
@@ -628,37 +594,33 @@ class ControllerState:
         p = topic.partitions.get(index) if topic else None
         if topic is None or p is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, "no such topic or partition"
-        if election_type == ELECTION_PREFERRED:
+        if election_type == elections.ELECTION_PREFERRED:
             return self._elect_preferred(topic, index, p, "preferred leader election (admin)")
-        if election_type == ELECTION_UNCLEAN:
+        if election_type == elections.ELECTION_UNCLEAN:
             if p.leader != NO_LEADER and self._eligible(p.leader, (topic.name, index)):
                 return E.ELECTION_NOT_NEEDED, "the partition has a live leader"
-            new, source = self._pick_leader(topic.name, index, p, exclude=None, unclean=True)
-            if new == NO_LEADER:
+            choice = elections.unclean_by_admin(p, self._can_lead(topic.name, index), self._live)
+            if choice.leader == NO_LEADER:
                 return E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is alive"
-            if source == "unclean":
+            if choice.source == elections.UNCLEAN:
                 log.warning("UNCLEAN leader election for %s-%d requested by an admin: broker %d",
-                            topic.name, index, new)
-                self._lead_uncleanly(topic, index, new, "admin election")
+                            topic.name, index, choice.leader)
+                self._lead_uncleanly(topic, index, choice.leader, "admin election")
             else:
                 self.counters["elections_clean"] += 1
-                self._change(topic, index, new, (new,) if source == "elr" else
-                             self._isr_with_leader(p, new, None), "admin election")
+                self._change(topic, index, choice.leader, choice.isr, "admin election")
             return 0, None
         return E.INVALID_REQUEST, f"unknown election type {election_type}"
 
     def _elect_preferred(self, topic: Topic, index: int, p: Partition, reason: str
                          ) -> tuple[int, str | None]:
         """Hand leadership to the first replica of the assignment, if it is alive and in the
-        ISR (so nothing committed can be lost); the ISR stays as it is."""
-        preferred = p.replicas[0]
-        if p.leader == preferred:
-            return E.ELECTION_NOT_NEEDED, "the preferred replica already leads"
-        if preferred not in p.isr or not self._eligible(preferred, (topic.name, index)):
-            return E.PREFERRED_LEADER_NOT_AVAILABLE, \
-                f"preferred replica {preferred} is not alive and in the ISR"
+        ISR (elections.preferred_refusal); the ISR stays as it is."""
+        error, message = elections.preferred_refusal(p, self._can_lead(topic.name, index))
+        if error:
+            return error, message
         self.counters["elections_preferred"] += 1
-        self._change(topic, index, preferred, p.isr, reason)
+        self._change(topic, index, p.replicas[0], p.isr, reason)
         return 0, None
 
     def rebalance_leaders(self, now_ms: int) -> list[tuple[str, int]]:

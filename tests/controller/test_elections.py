@@ -9,9 +9,10 @@ import uuid
 
 import pytest
 
+from epochlog.controller.elections import ELECTION_PREFERRED, ELECTION_UNCLEAN
 from epochlog.controller.model import NO_LEADER
 from epochlog.controller.records import Listener
-from epochlog.controller.state import ELECTION_PREFERRED, ELECTION_UNCLEAN, ControllerState
+from epochlog.controller.state import ControllerState
 from epochlog.protocol.error_codes import ErrorCode as E
 from tests.controller.test_state import (
     SESSION_MS,
