@@ -11,9 +11,12 @@ overflowing queue.
 Topic settings go where LeaderAndIsr goes, as decided when the request is built: every
 LeaderAndIsr carries the decided settings of each topic it names (so the full state's carries
 every topic the broker hosts), and a change of settings (AlterConfigs, a new cluster default) is
-an UpdateMetadata to every live broker, like any change of the cluster's metadata; brokers keep
-the settings of the topics they hold. Requests reach a broker in decision order, so a later
-request never carries older settings than an earlier one.
+an UpdateMetadata to every live broker. UpdateMetadata because it is the request that tells every
+broker what changed in the cluster's metadata, with topic states that may list no partition;
+a LeaderAndIsr would restate partitions' leadership, which a settings change leaves as it is,
+and reach only replicas, where a new cluster default concerns every broker. Brokers keep the
+settings of the topics they hold. Requests reach a broker in decision order, so a later request
+never carries older settings than an earlier one.
 """
 
 from __future__ import annotations
