@@ -37,18 +37,9 @@ from epochlog.broker.replicas import ReplicaManager
 from epochlog.broker.storage import LogConfig, LogManager
 from epochlog.broker.topic_configs import TopicConfigs, settings_from
 from epochlog.protocol.api_keys import ApiKey
+from epochlog.protocol.apis import leader_and_isr as lai
+from epochlog.protocol.apis import update_metadata as um
 from epochlog.protocol.apis.describe_configs import DescribeConfigsRequest, DescribeConfigsResource
-from epochlog.protocol.apis.leader_and_isr import (
-    LeaderAndIsrPartitionState,
-    LeaderAndIsrRequest,
-    LeaderAndIsrTopicConfig,
-    LeaderAndIsrTopicState,
-)
-from epochlog.protocol.apis.update_metadata import (
-    UpdateMetadataRequest,
-    UpdateMetadataTopicConfig,
-    UpdateMetadataTopicState,
-)
 from epochlog.protocol.error_codes import ErrorCode
 
 from .cluster import POLL_S, WAIT_S, Cluster, free_port
@@ -448,23 +439,23 @@ class _App:
 
 
 def _lai(broker_epoch: int, configs: dict[str, str] | None, controller_epoch: int = 1,
-         leader_epoch: int = 0) -> LeaderAndIsrRequest:
-    return LeaderAndIsrRequest(
+         leader_epoch: int = 0) -> lai.LeaderAndIsrRequest:
+    return lai.LeaderAndIsrRequest(
         controller_id=3000, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
-        topic_states=[LeaderAndIsrTopicState(
-            topic_name="t", partition_states=[LeaderAndIsrPartitionState(
+        topic_states=[lai.LeaderAndIsrTopicState(
+            topic_name="t", partition_states=[lai.LeaderAndIsrPartitionState(
                 partition_index=0, controller_epoch=controller_epoch, leader=1,
                 leader_epoch=leader_epoch, isr=[1], replicas=[1], is_new=True)],
             configs=None if configs is None else [
-                LeaderAndIsrTopicConfig(name=k, value=v) for k, v in configs.items()])])
+                lai.LeaderAndIsrTopicConfig(name=k, value=v) for k, v in configs.items()])])
 
 
 def _um(broker_epoch: int, topic: str, configs: dict[str, str],
-        controller_epoch: int = 1) -> UpdateMetadataRequest:
-    return UpdateMetadataRequest(
+        controller_epoch: int = 1) -> um.UpdateMetadataRequest:
+    return um.UpdateMetadataRequest(
         controller_id=3000, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
-        topic_states=[UpdateMetadataTopicState(topic_name=topic, configs=[
-            UpdateMetadataTopicConfig(name=k, value=v) for k, v in configs.items()])])
+        topic_states=[um.UpdateMetadataTopicState(topic_name=topic, configs=[
+            um.UpdateMetadataTopicConfig(name=k, value=v) for k, v in configs.items()])])
 
 
 def _handle(handler: Any, app: _App, request: Any) -> Any:
