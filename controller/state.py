@@ -145,6 +145,7 @@ class ControllerState:
             case TopicCreated(name=name, topic_id=topic_id, configs=configs):
                 assert name not in self.topics, name
                 self.topics[name] = Topic(name, topic_id, dict(configs))
+                self._derive_policy(self.topics[name])
             case PartitionChanged():
                 self.topics[record.topic].partitions[record.partition] = Partition(
                     record.replicas, record.leader, record.leader_epoch, record.isr,
@@ -153,10 +154,18 @@ class ControllerState:
                 del self.topics[name]
             case TopicConfigsChanged(name=name, configs=configs):
                 self.topics[name].configs = dict(configs)
+                self._derive_policy(self.topics[name])
             case ClusterDefaultsChanged(configs=configs):
                 self.dynamic_defaults = dict(configs)
+                for topic in self.topics.values():
+                    self._derive_policy(topic)
             case _:
                 raise AssertionError(f"unknown record {record!r}")
+
+    def _derive_policy(self, topic: Topic) -> None:
+        """The typed settings decisions use, parsed once per change of the topic's settings
+        or the cluster's defaults (the one resolution: topic_settings.decided)."""
+        topic.policy = topic_settings.policy(self.decided_settings(topic.name))
 
     def replay(self, records: Sequence[Record]) -> None:
         for record in records:
@@ -460,8 +469,7 @@ class ControllerState:
         (KIP-966), else, if the topic allows it, unclean (through unclean recovery when it is
         on). not_eligible: replicas that leave the ISR without joining the ELR (their log lost
         records)."""
-        unclean_ok = topic_settings.is_true(
-            self.topic_setting(topic, "unclean.leader.election.enable"))
+        unclean_ok = topic.policy.unclean_leader_election
         choice = elections.after_leader_loss(p, self._can_lead(topic.name, index), self._live,
                                              unclean=unclean_ok)
         new, source = choice.leader, choice.source
@@ -545,8 +553,8 @@ class ControllerState:
         assert self.recoveries is not None
         topic = self.topics.get(key[0])
         p = topic.partitions.get(key[1]) if topic else None
-        if topic is None or p is None or p.leader != NO_LEADER or not topic_settings.is_true(
-                self.topic_setting(topic, "unclean.leader.election.enable")):
+        if topic is None or p is None or p.leader != NO_LEADER or \
+                not topic.policy.unclean_leader_election:
             self.recoveries.end(key)  # gone, led again, or no longer allowed to go unclean
             return
         recovery = self.recoveries.pending[key]
@@ -570,13 +578,9 @@ class ControllerState:
         self._change(topic, index, new, (new,), reason, elr=(), last_known_elr=())
 
     def _min_isr(self, topic: Topic, p: Partition) -> int:
-        """The topic's min.insync.replicas, at most its replication factor."""
-        setting = self.topic_setting(topic, "min.insync.replicas")
-        try:
-            wanted = int(setting) if setting is not None else 1
-        except ValueError:
-            wanted = 1
-        return max(1, min(wanted, len(p.replicas)))
+        """The topic's min.insync.replicas, at most its replication factor (Kafka's effective
+        rule, which the brokers' Partition.under_min_isr applies too)."""
+        return max(1, min(topic.policy.min_insync_replicas, len(p.replicas)))
 
     def _next_elr(self, topic: Topic, p: Partition, isr: tuple[int, ...]) -> tuple[int, ...]:
         """KIP-966: while the ISR is below min.insync.replicas, the leaders' high watermark
@@ -708,11 +712,6 @@ class ControllerState:
         return 0
 
     # -------------------------------------------------------------------------------- topics
-    def topic_setting(self, topic: Topic, name: str) -> str | None:
-        if name in topic.configs:
-            return topic.configs[name]
-        return self.dynamic_defaults.get(name, self.topic_defaults.get(name))
-
     def decided_settings(self, name: str) -> dict[str, str]:
         """The settings the controller decides for topic `name`, which its control requests
         carry to brokers (topic_settings.decided; outbox.py)."""

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from .model import TopicPolicy
+
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
 
@@ -213,6 +215,17 @@ def _expectation(spec: SettingSpec) -> str:
 
 def is_true(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
+
+
+def policy(decided_settings: Mapping[str, str]) -> TopicPolicy:
+    """The settings the controller acts on, typed, from a topic's decided settings (values
+    `check` accepted, so they parse; a value that does not keeps Kafka's default)."""
+    try:
+        min_isr = max(1, int(decided_settings.get("min.insync.replicas", "1")))
+    except ValueError:
+        min_isr = 1
+    return TopicPolicy(min_insync_replicas=min_isr, unclean_leader_election=is_true(
+        decided_settings.get("unclean.leader.election.enable")))
 
 
 # Kafka's DescribeConfigs config_source numbers.

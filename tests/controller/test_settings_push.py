@@ -185,6 +185,31 @@ def test_a_replayed_controller_decides_the_same_settings() -> None:
         "retention.ms": "1000", "segment.ms": "60000", "segment.bytes": "1048576"}
 
 
+
+def test_the_settings_decisions_use_are_parsed_once_per_change_and_follow_the_defaults() -> None:
+    """min.insync.replicas and unclean.leader.election.enable reach the controller's own
+    decisions (the ELR, unclean elections) as one typed TopicPolicy per topic, derived from the
+    decided settings whenever the topic's settings or the cluster's defaults change, and after a
+    replay alike."""
+    s, _ = cluster()
+    journal = Journal(s)
+    assert s.create_topic("t", -1, -1, {0: [1, 2, 3]}, {}).error == 0
+    assert s.create_topic("own", -1, -1, {0: [1, 2, 3]}, {"min.insync.replicas": "3"}).error == 0
+    assert (s.topics["t"].policy.min_insync_replicas,
+            s.topics["t"].policy.unclean_leader_election) == (1, False)
+    assert s.alter_cluster_defaults({"min.insync.replicas": "2",
+                                     "unclean.leader.election.enable": "true"}) == (0, None)
+    assert (s.topics["t"].policy.min_insync_replicas,
+            s.topics["t"].policy.unclean_leader_election) == (2, True)
+    assert s.topics["own"].policy.min_insync_replicas == 3, "its own value wins"
+    assert s.alter_topic_configs("t", {"unclean.leader.election.enable": "false"}) == (0, None)
+    assert not s.topics["t"].policy.unclean_leader_election
+    journal.take()
+    fresh = ControllerState(config(default_segment_bytes=1 << 20))
+    fresh.replay(journal.records)
+    assert {n: t.policy for n, t in fresh.topics.items()} == \
+        {n: t.policy for n, t in s.topics.items()}
+
 # ----------------------------------------------------------- answered after the commit
 class _SpyLog:
     """The service's metadata log, recording what was made durable; `fail` refuses appends."""
