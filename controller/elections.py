@@ -110,16 +110,14 @@ def at_shutdown(p: Partition, eligible: Eligible, live: Live, leaving: int) -> C
 
 def unclean_by_admin(p: Partition, eligible: Eligible, live: Live) -> Choice:
     """ElectLeaders type 1, for a partition with no eligible leader: as after a leader loss, but
-    unclean allowed whatever the topic says. The ISR with the leader for an ISR or last known
-    ELR member; alone for an ELR member or an unclean leader."""
+    unclean allowed whatever the topic says. The ISR with the leader for an ISR member; alone
+    for any other (the ELR, the last known ELR, unclean)."""
     new, source = pick_leader(p, eligible, exclude=None, unclean=True)
     if new == NO_LEADER:
         return Choice(NO_LEADER, NOWHERE, p.isr)
-    if source in (FROM_ELR, UNCLEAN):
-        return Choice(new, source, (new,))
-    # NOTE: from the last known ELR the ISR is empty, so the leader gets an empty ISR here, where
-    # after a leader loss it leads alone; kept as it was when this moved out of state.py.
-    return Choice(new, source, isr_with_leader(p, new, None, live))
+    if source == FROM_ISR:
+        return Choice(new, source, isr_with_leader(p, new, None, live))
+    return Choice(new, source, (new,))
 
 
 def preferred_refusal(p: Partition, eligible: Eligible) -> tuple[int, str | None]:

@@ -93,8 +93,9 @@ def test_a_controlled_shutdown_hands_over_to_the_isr_only() -> None:
     (partition("123", "12"), "2", Choice(2, FROM_ISR, (2,))),
     (partition("123", "1"), "3", Choice(3, UNCLEAN, (3,))),
     (partition("123", "1"), "", Choice(NO_LEADER, NOWHERE, (1,))),
-    # as it was in state.py: from the last known ELR, the (empty) ISR is not given the leader
-    (partition("123", "", last_known="2"), "2", Choice(2, FROM_LAST_KNOWN, ())),
+    # from the last known ELR the ISR is empty: the leader leads alone, as after a leader loss
+    # (it was given the empty ISR, so a leader outside its own ISR)
+    (partition("123", "", last_known="2"), "2", Choice(2, FROM_LAST_KNOWN, (2,))),
 ])
 def test_an_admins_unclean_election(p: Partition, eligible: str, expected: Choice) -> None:
     assert elections.unclean_by_admin(p, only(eligible), only(eligible)) == expected
