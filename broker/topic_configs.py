@@ -15,8 +15,9 @@ state. The replica manager puts a change into force on the partitions open here.
 Rules:
 - Each set pushed is parsed once (`settings_from`); the same set again (every LeaderAndIsr naming
   the topic carries it) changes nothing and is not parsed again.
-- A value that cannot be used gives the topic the broker's defaults, with one WARNING naming the
-  setting: a partition must open even if its settings cannot be used.
+- A value that cannot be used is left out, with one WARNING naming it: that setting keeps the
+  broker's default and every other setting (min.insync.replicas among them) stays in force, so a
+  partition opens, and one bad value never weakens the rest.
 - A topic is forgotten when its last partition here is deleted.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import msgspec
 
@@ -59,23 +61,40 @@ class TopicSettings:
     min_insync_replicas: int = MIN_INSYNC_DEFAULT
 
 
-def settings_from(defaults: LogConfig, described: Mapping[str, str | None]) -> TopicSettings:
-    """The broker's defaults with the given values put in. Raises ValueError naming the setting
-    for a value that is not an integer or that LogConfig refuses."""
+def settings_from(defaults: LogConfig, described: Mapping[str, str | None]
+                  ) -> tuple[TopicSettings, list[str]]:
+    """The broker's defaults with the given values put in, and why each value that could not
+    be used was left out (not an integer, or one LogConfig refuses): that setting keeps the
+    broker's default, the others are in force."""
     described = dict(described)
     difference = described.get(TIMESTAMP_DIFFERENCE)
     for bound in ("message.timestamp.before.max.ms", "message.timestamp.after.max.ms"):
         if difference is not None and described.get(bound) is None:
             described[bound] = difference
-    changes = {field: _PARSERS.get(name, _integer)(name, described[name])
-               for name, field in LOG_SETTINGS.items() if described.get(name) is not None}
+    problems: list[str] = []
+    changes: dict[str, Any] = {}
+    for name, field in LOG_SETTINGS.items():
+        if described.get(name) is not None:
+            try:
+                changes[field] = _PARSERS.get(name, _integer)(name, described[name])
+            except ValueError as exc:
+                problems.append(str(exc))
     try:
         config = msgspec.structs.replace(defaults, **changes)
-    except LogConfigError as exc:
-        raise ValueError(str(exc)) from None
-    min_insync = described.get(MIN_INSYNC)
-    return TopicSettings(config, MIN_INSYNC_DEFAULT if min_insync is None
-                         else max(MIN_INSYNC_DEFAULT, _integer(MIN_INSYNC, min_insync)))
+    except LogConfigError:
+        config = defaults  # one at a time, to keep every value LogConfig takes
+        for field, value in changes.items():
+            try:
+                config = msgspec.structs.replace(config, **{field: value})
+            except LogConfigError as exc:
+                problems.append(str(exc))
+    min_insync = MIN_INSYNC_DEFAULT
+    if described.get(MIN_INSYNC) is not None:
+        try:
+            min_insync = max(MIN_INSYNC_DEFAULT, _integer(MIN_INSYNC, described[MIN_INSYNC]))
+        except ValueError as exc:
+            problems.append(str(exc))
+    return TopicSettings(config, min_insync), problems
 
 
 def _integer(name: str, value: str | None) -> int:
@@ -128,12 +147,10 @@ class TopicConfigs:
         if self._pushed.get(topic) == pushed:
             return False
         self._pushed[topic] = dict(pushed)
-        try:
-            settings = settings_from(self.defaults.log, pushed)
-        except ValueError as exc:
-            log.warning("topic %s: the controller's settings cannot be used (%s); its logs use "
-                        "the broker's defaults", topic, exc)
-            settings = self.defaults
+        settings, problems = settings_from(self.defaults.log, pushed)
+        if problems:
+            log.warning("topic %s: settings from the controller left out (the broker's defaults "
+                        "stand for them, the others are in force): %s", topic, "; ".join(problems))
         before = self._known.get(topic)
         self._known[topic] = settings
         if before != settings:

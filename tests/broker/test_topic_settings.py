@@ -383,15 +383,19 @@ def test_a_broker_down_when_a_setting_changed_has_it_when_it_returns(
 # ------------------------------------------------------------- TopicConfigs, without processes
 def test_settings_put_the_topics_values_over_the_broker_defaults() -> None:
     defaults = LogConfig(segment_bytes=1 << 20, flush_ms=50)
-    settings = settings_from(defaults, {"segment.bytes": "1024", "retention.ms": "-1",
-                                        "min.insync.replicas": "2",
-                                        "unclean.leader.election.enable": "true"})
+    settings, problems = settings_from(defaults, {"segment.bytes": "1024", "retention.ms": "-1",
+                                                  "min.insync.replicas": "2",
+                                                  "unclean.leader.election.enable": "true"})
     assert settings.log == LogConfig(segment_bytes=1024, retention_ms=-1, flush_ms=50)
-    assert settings.min_insync_replicas == 2
-    with pytest.raises(ValueError, match="segment_bytes must be at least 14"):
-        settings_from(defaults, {"segment.bytes": "3"})
-    with pytest.raises(ValueError, match="retention.bytes='lots' is not an integer"):
-        settings_from(defaults, {"retention.bytes": "lots"})
+    assert settings.min_insync_replicas == 2 and problems == []
+    settings, problems = settings_from(defaults, {"segment.bytes": "3", "retention.ms": "-1"})
+    assert settings.log == LogConfig(segment_bytes=1 << 20, retention_ms=-1, flush_ms=50)
+    assert len(problems) == 1 and "segment_bytes must be at least 14" in problems[0], problems
+    settings, problems = settings_from(defaults, {"retention.bytes": "lots",
+                                                  "min.insync.replicas": "two"})
+    assert settings.log == defaults and settings.min_insync_replicas == 1
+    assert problems == ["retention.bytes='lots' is not an integer",
+                        "min.insync.replicas='two' is not an integer"]
 
 
 def test_topic_configs_take_what_is_pushed_once_and_forget_it() -> None:
@@ -408,13 +412,17 @@ def test_topic_configs_take_what_is_pushed_once_and_forget_it() -> None:
     assert not configs.knows("a") and configs.get("a") == configs.defaults
 
 
-def test_a_value_that_cannot_be_used_gives_the_defaults_with_one_warning(caplog) -> None:
+def test_a_value_that_cannot_be_used_is_left_out_with_one_warning(caplog) -> None:
+    """Only the unusable setting keeps the broker's default: one bad value must not take
+    min.insync.replicas (or any other setting) back to the broker's default with it."""
     configs = TopicConfigs(LogConfig(segment_bytes=4096))
     configs.take("t", {"segment.bytes": "2048"})
+    bad = {"segment.bytes": "2048", "retention.bytes": "lots", "min.insync.replicas": "2"}
     with caplog.at_level("WARNING"):
-        assert configs.take("t", {"segment.bytes": "2048", "retention.bytes": "lots"})
-        assert not configs.take("t", {"segment.bytes": "2048", "retention.bytes": "lots"})
-    assert configs.get("t") == configs.defaults
+        assert configs.take("t", bad)
+        assert not configs.take("t", bad)
+    assert configs.get("t").log == LogConfig(segment_bytes=2048)
+    assert configs.get("t").min_insync_replicas == 2
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert len(warnings) == 1 and "retention.bytes='lots'" in warnings[0], warnings
 

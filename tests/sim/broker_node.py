@@ -415,7 +415,7 @@ class BrokerNode(Node):
             return LeaderAndIsrResponse(error_code=error)
         answer = leader_and_isr_handler.apply(self, request)
         for topic in request.topic_states:
-            wanted = settings_from(self.log_config, self.topics[topic.topic_name])
+            wanted, _ = settings_from(self.log_config, self.topics[topic.topic_name])
             if self.replicas.topic_configs.get(topic.topic_name) != wanted:
                 raise AssertionError(f"{self.name}: topic {topic.topic_name}: settings "
                                      f"{self.replicas.topic_configs.get(topic.topic_name)} after "
