@@ -28,7 +28,7 @@ applies the offsets once replicated. Append errors map as Kafka's GroupMetadataM
 (NOT_LEADER_OR_FOLLOWER -> NOT_COORDINATOR, NOT_ENOUGH_REPLICAS* -> COORDINATOR_NOT_AVAILABLE,
 size errors -> INVALID_COMMIT_OFFSET_SIZE, REQUEST_TIMED_OUT stays).
 
-One timer task sleeps until the earliest deadline of any group (state.Group.next_deadline), or
+One timer task sleeps until the earliest deadline of any group (state.Group.next_deadline_ms), or
 until an operation wakes it, and ticks the groups that are due. Every wait is bounded.
 
 The offsets topic is created on the first FindCoordinator that finds it missing, through the
@@ -54,8 +54,8 @@ from ..internal_topics import InternalTopic
 from ..partition import Partition
 from . import offsets_log
 from .state import (
+    Action,
     CommittedOffset,
-    Effect,
     Group,
     GroupSettings,
     GroupState,
@@ -203,7 +203,7 @@ class GroupCoordinator:
     def _unload(self, shard: Shard, why: str) -> None:
         if self.shards.get(shard.index) is shard:
             del self.shards[shard.index]
-        effects: list[Effect] = []
+        effects: list[Action] = []
         for group in shard.groups.values():
             effects += group.unload(E.NOT_COORDINATOR)
         self._run(shard, None, effects)
@@ -293,7 +293,7 @@ class GroupCoordinator:
         finally:
             self._waiting.pop(token, None)
 
-    def _run(self, shard: Shard, group: Group | None, effects: list[Effect]) -> None:
+    def _run(self, shard: Shard, group: Group | None, effects: list[Action]) -> None:
         for effect in effects:
             if isinstance(effect, Reply):
                 if isinstance(effect.result, JoinResult) and effect.result.error == 0 \
@@ -339,10 +339,10 @@ class GroupCoordinator:
                     if _forgettable(group):
                         del shard.groups[group.group_id]
                         continue
-                    due = group.next_deadline()
+                    due = group.next_deadline_ms()
                     if due is not None and due <= now:
                         self._run(shard, group, group.tick(now))
-                        due = group.next_deadline()
+                        due = group.next_deadline_ms()
                     if due is not None:
                         deadline = min(deadline, due)
             self._wake.clear()

@@ -8,7 +8,7 @@ time coordinates the group (`GroupCluster.coordinator`); it holds the real
 JoinGroup or SyncGroup parks with a token until the group answers it (or its park limit passes:
 REBALANCE_IN_PROGRESS), a `Store` effect is an append to the offsets log (a delay, then
 `stored()`), commits are validated by `commit_error()` and applied once appended, and the
-group's timers run at its `next_deadline()`. The offsets log is `GroupCluster.durable`: the last
+group's timers run at its `next_deadline_ms()`. The offsets log is `GroupCluster.durable`: the last
 stored group snapshot and the committed offsets, which survive crashes and moves.
 
 The coordinator moves: `move(to)` unloads the group on the old broker (parked requests are
@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from epochlog.broker.groups.state import (
+    Action,
     CommittedOffset,
-    Effect,
     Group,
     GroupSettings,
     GroupSnapshot,
@@ -157,7 +157,7 @@ class GroupBroker(Node):
         group = self.group
         if group is None:
             return
-        deadline = group.next_deadline()
+        deadline = group.next_deadline_ms()
         if deadline is not None and (self._tick_at < self.sim.now_ms or deadline < self._tick_at):
             self._tick_at = deadline
             self.timer(deadline - self.sim.now_ms, self._tick, self._load)
@@ -168,7 +168,7 @@ class GroupBroker(Node):
             self._run(self.group.tick(self.sim.now_ms))
 
     # ------------------------------------------------------------------ effects
-    def _run(self, effects: list[Effect]) -> None:
+    def _run(self, effects: list[Action]) -> None:
         for effect in effects:
             if isinstance(effect, Reply):
                 reply = self._parked.pop(effect.token, None)
