@@ -49,7 +49,7 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
     ("server", frozenset({"server", "request_hooks", "metrics"})),
     ("handlers", frozenset({"handlers"})),
     ("coordinators", frozenset({"groups", "txn", "internal_topics", "isr_task", "parts",
-                               "coordinator_shards"})),
+                               "coordinator_shards", "coordinator_driver"})),
     ("replication", frozenset({
         "replicas", "partition", "isr", "follower", "fetcher", "replication_wait", "purgatory",
         "fetch_sessions", "read_path", "replica_selector", "controller_link", "topic_configs",
