@@ -16,8 +16,8 @@ Theory of operation
   epoch (our generation ended without a LeaderAndIsr) is reported lost.
 - The timer: one task ticks the core at its `next_deadline_ms()`, at least every TICK_MS_MAX,
   and is woken early whenever actions ran (a deadline may have moved).
-A subclass gives the core's events that carry its clocks (`_appended`, `_loaded`, `_tick`) and
-carries out the actions of its own (`_perform`).
+A subclass gives the core's events that differ by the clocks they carry (`_appended`, `_tick`)
+and carries out the actions of its own (`_perform`).
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class Core(Protocol):
                value: bytes | None, *, producer_id: int = -1, transactional: bool = False,
                control: bool = False) -> None: ...
 
+    def loaded(self, now_ms: int, index: int, leader_epoch: int, log_start: int, log_end: int,
+               took_ms: int) -> Sequence[object]: ...
+
     def next_deadline_ms(self) -> int | None: ...
 
 
@@ -71,12 +74,13 @@ class CoordinatorDriver:
         self._next_token = 0
         self._wake = asyncio.Event()
 
+    @property
+    def shards(self) -> Shards[Any]:
+        """The partitions whose state is loaded or loading here (the metrics count them)."""
+        return self.core.shards
+
     # ------------------------------------------------------------------ for the subclass
     def _appended(self, append_id: int, error: int, first_offset: int) -> Sequence[object]:
-        raise NotImplementedError
-
-    def _loaded(self, load: Load, log_start: int, log_end: int,
-                took_ms: int) -> Sequence[object]:
         raise NotImplementedError
 
     def _tick(self) -> Sequence[object]:
@@ -154,8 +158,8 @@ class CoordinatorDriver:
             self.core.replay(load.index, load.leader_epoch, r.offset, r.key, r.value,
                              producer_id=header.producer_id,
                              transactional=header.is_transactional, control=header.is_control)
-        self._run(self._loaded(load, partition.log.log_start_offset, end,
-                               monotonic_ms() - started))
+        self._run(self.core.loaded(self.clock(), load.index, load.leader_epoch,
+                                   partition.log.log_start_offset, end, monotonic_ms() - started))
 
     # ---------------------------------------------------------------------------- timer
     async def run(self) -> None:

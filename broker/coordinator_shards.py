@@ -31,6 +31,8 @@ A load and an unload each log one line, with how many the shard holds, and why.
 
 `Append` and `Resolve` are the actions both coordinators' machines give their drivers: append
 records to a shard's partition and report back; answer the request parked under a token.
+`ShardedCore` is what both machines do alike around their shards: the lifecycle's events, and
+each append's continuation kept under its id until `appended` comes.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ log = logging.getLogger("epochlog.broker")
 
 H = TypeVar("H")  # what a shard holds
 T = TypeVar("T")  # a request's answer
+A = TypeVar("A")  # a core's actions
+C = TypeVar("C")  # what a core does once an append ends
 
 Records = Sequence[tuple[bytes, bytes | None]]  # (key, value); a None value is a tombstone
 
@@ -183,3 +187,49 @@ class Shards(Generic[H]):
 
     def __len__(self) -> int:
         return len(self._by_index)
+
+
+class ShardedCore(Generic[H, A, C]):
+    """The part of a coordinator's core both share: its shards' lifecycle events (an unloaded
+    shard's answers are the core's `_unloaded`) and its appends' continuations."""
+
+    def __init__(self, shards: Shards[H]) -> None:
+        self.shards = shards
+        self._appending: dict[int, C] = {}
+        self._next_append = 0
+
+    def partition_applied(self, index: int, leader_epoch: int | None) -> list[Load | A]:
+        """The replica manager applied a state of partition index (leader_epoch None: we do
+        not lead it)."""
+        return self._changed(self.shards.partition_applied(index, leader_epoch))
+
+    def leadership_lost(self, index: int) -> list[Load | A]:
+        """The driver found that we no longer lead partition index at its shard's epoch."""
+        return self._changed(self.shards.leadership_lost(index))
+
+    def unload_all(self, why: str) -> list[Load | A]:
+        return self._changed(self.shards.unload_all(why))
+
+    def _changed(self, changes: Sequence[Load | Unload[H]]) -> list[Load | A]:
+        actions: list[Load | A] = []
+        for change in changes:
+            if isinstance(change, Load):
+                actions.append(change)
+            else:
+                actions += self._unloaded(change.shard)
+        return actions
+
+    def _unloaded(self, shard: Shard[H]) -> list[A]:
+        """The shard is gone: what its requests are answered now."""
+        return []
+
+    def _append(self, shard: Shard[H], records: Records, errors: Mapping[int, int], then: C,
+                producer: tuple[int, int] | None = None) -> Append:
+        self._next_append += 1
+        self._appending[self._next_append] = then
+        return Append(self._next_append, shard.index, shard.leader_epoch, records, errors,
+                      producer)
+
+    def _continuation(self, append_id: int) -> C:
+        """What to do now that the append append_id ended (once)."""
+        return self._appending.pop(append_id)

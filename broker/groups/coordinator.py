@@ -38,16 +38,13 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 from ..coordinator_driver import CoordinatorDriver, monotonic_ms, wall_clock_ms
-from ..coordinator_shards import Load, Shards
 from ..internal_topics import InternalTopic
 from ..partition import Partition
 from .core import (
     OFFSETS_TOPIC,
     CommitAnswer,
-    Counters,
     DeleteAnswer,
     GroupCore,
-    GroupShard,
     LeaveAnswer,
     OffsetToCommit,
 )
@@ -90,24 +87,12 @@ class GroupCoordinator(CoordinatorDriver):
             partition_of=topic.partition_for,
             partition_known=lambda t, p: parts.metadata.partition(t, p) is not None,
             metadata_max_bytes=c.offset_metadata_max_bytes, new_member_id=new_member_id)
-
-    @property
-    def counters(self) -> Counters:
-        return self.core.counters
-
-    @property
-    def shards(self) -> Shards[GroupShard]:
-        return self.core.shards
+        self.counters = self.core.counters  # the metrics read them
 
     # -------------------------------------------------------------------- the core's clocks
     def _appended(self, append_id: int, error: int, first_offset: int) -> Sequence[object]:
         return self.core.appended(self.clock(), self.wall_clock(), append_id, error,
                                   first_offset)
-
-    def _loaded(self, load: Load, log_start: int, log_end: int,
-                took_ms: int) -> Sequence[object]:
-        return self.core.loaded(self.clock(), load.index, load.leader_epoch, log_start, log_end,
-                                took_ms)
 
     def _tick(self) -> Sequence[object]:
         return self.core.tick(self.clock(), self.wall_clock())

@@ -39,6 +39,7 @@ Time comes in as two ints: `now_ms`, the driver's monotonic clock (the groups' d
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -46,7 +47,7 @@ from epochlog.protocol.batch import CorruptBatch
 from epochlog.protocol.control_records import marker_of
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..coordinator_shards import Append, Load, Records, Resolve, Shard, Shards, Unload
+from ..coordinator_shards import Append, Load, Resolve, Shard, ShardedCore, Shards
 from . import offsets_log
 from .state import Action as GroupAction
 from .state import (
@@ -175,7 +176,7 @@ def _forgettable(group: Group) -> bool:
             and not group.pending_members and not group.offsets)
 
 
-class GroupCore:
+class GroupCore(ShardedCore[GroupShard, Action, _Then]):
     def __init__(self, settings: GroupSettings, *, partition_of: Callable[[str], int],
                  partition_known: Callable[[str, int], bool], metadata_max_bytes: int,
                  new_member_id: Callable[[str], str] = random_member_id,
@@ -186,37 +187,19 @@ class GroupCore:
         self.metadata_max_bytes = metadata_max_bytes  # offset_metadata_max_bytes
         self.new_member_id = new_member_id
         self.park_margin_ms = park_margin_ms
-        self.shards: Shards[GroupShard] = Shards(OFFSETS_TOPIC, "groups", GroupShard,
-                                                 lambda held: len(held.groups))
+        super().__init__(Shards(OFFSETS_TOPIC, "groups", GroupShard,
+                                lambda held: len(held.groups)))
         self.counters = Counters()
         self._parked: dict[int, _Parked] = {}
-        self._appending: dict[int, _Then] = {}
-        self._next_append = 0
 
     # ----------------------------------------------------------------------------- shards
-    def partition_applied(self, index: int, leader_epoch: int | None) -> list[Action]:
-        return self._lifecycle(self.shards.partition_applied(index, leader_epoch))
-
-    def leadership_lost(self, index: int) -> list[Action]:
-        return self._lifecycle(self.shards.leadership_lost(index))
-
-    def unload_all(self, why: str) -> list[Action]:
-        return self._lifecycle(self.shards.unload_all(why))
-
-    def _lifecycle(self, changes: Sequence[Load | Unload[GroupShard]]) -> list[Action]:
-        actions: list[Action] = []
-        for change in changes:
-            if isinstance(change, Load):
-                actions.append(change)
-                continue
-            held = change.shard.held
-            replies: list[GroupAction] = []
-            for group in held.groups.values():
-                replies += group.unload(E.NOT_COORDINATOR)
-            held.groups = {}
-            self.counters.unloads_total += 1
-            actions += self._replies(replies)
-        return actions
+    def _unloaded(self, shard: Shard[GroupShard]) -> list[Action]:
+        replies: list[GroupAction] = []
+        for group in shard.held.groups.values():
+            replies += group.unload(E.NOT_COORDINATOR)
+        shard.held.groups = {}
+        self.counters.unloads_total += 1
+        return self._replies(replies)
 
     def replay(self, index: int, leader_epoch: int, offset: int, key: bytes | None,
                value: bytes | None, *, producer_id: int = -1, transactional: bool = False,
@@ -307,17 +290,10 @@ class GroupCore:
     def _park(self, token: int, until_ms: int, on_timeout: JoinResult | SyncResult) -> None:
         self._parked[token] = _Parked(until_ms, on_timeout)
 
-    def _append(self, shard: Shard[GroupShard], records: Records, errors: dict[int, int],
-                then: _Then, producer: tuple[int, int] | None = None) -> Append:
-        self._next_append += 1
-        self._appending[self._next_append] = then
-        return Append(self._next_append, shard.index, shard.leader_epoch, records, errors,
-                      producer)
-
     def appended(self, now_ms: int, wall_ms: int, append_id: int, error: int,
                  first_offset: int) -> list[Action]:
         """An Append is replicated (error 0; its first record at first_offset) or failed."""
-        return self._appending.pop(append_id)(now_ms, wall_ms, error, first_offset)
+        return self._continuation(append_id)(now_ms, wall_ms, error, first_offset)
 
     def _store(self, wall_ms: int, shard: Shard[GroupShard], group: Group,
                store: Store) -> Append:
@@ -529,12 +505,10 @@ class GroupCore:
         record and every committed offset get a tombstone, replicated like a commit, and only
         then is the group dropped here (Dead: a parked request is told to look again), so a
         failed append leaves the group as it was, in memory and in the log."""
-        shard = self._shard(group_id)
-        if isinstance(shard, int):
-            return [Resolve(token, DeleteAnswer(shard))]
-        group = shard.held.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return [Resolve(token, DeleteAnswer(E.GROUP_ID_NOT_FOUND))]
+        found = self._deletable(group_id, token)
+        if not isinstance(found, tuple):
+            return [found]
+        shard, group = found
         if group.state is not GroupState.EMPTY:
             return [Resolve(token, DeleteAnswer(E.NON_EMPTY_GROUP))]
         records: list[tuple[bytes, bytes | None]] = [(offsets_log.group_key(group_id), None)]
@@ -558,12 +532,10 @@ class GroupCore:
         members keep the offsets of the topics they subscribe to (GROUP_SUBSCRIBED_TO_TOPIC); a
         non-empty group of another protocol type keeps all of them (NON_EMPTY_GROUP), as in
         Kafka. Deleting an offset that was never committed succeeds."""
-        shard = self._shard(group_id)
-        if isinstance(shard, int):
-            return [Resolve(token, DeleteAnswer(shard))]
-        group = shard.held.groups.get(group_id)
-        if group is None or group.state is GroupState.DEAD:
-            return [Resolve(token, DeleteAnswer(E.GROUP_ID_NOT_FOUND))]
+        found = self._deletable(group_id, token)
+        if not isinstance(found, tuple):
+            return [found]
+        shard, group = found
         subscribed: set[str] = set()
         if group.state is not GroupState.EMPTY:
             if group.protocol_type != "consumer":
@@ -597,6 +569,17 @@ class GroupCore:
             shard, [(offsets_log.offset_key(group_id, t, p), None) for t, p in doomed],
             _COMMIT_ERRORS, deleted)]
 
+    def _deletable(self, group_id: str, token: int
+                   ) -> tuple[Shard[GroupShard], Group] | Action:
+        """The group a deletion names, or the deletion's answer (it is not here)."""
+        shard = self._shard(group_id)
+        if isinstance(shard, int):
+            return Resolve(token, DeleteAnswer(shard))
+        group = shard.held.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            return Resolve(token, DeleteAnswer(E.GROUP_ID_NOT_FOUND))
+        return shard, group
+
     # ------------------------------------------------------------------------- describing
     def describe(self, group_id: str) -> tuple[int, Group | None]:
         shard = self._shard(group_id)
@@ -615,11 +598,9 @@ class GroupCore:
         return error, groups
 
     def group_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for shard in self.shards:
-            for group in list(shard.held.groups.values()):
-                counts[group.state.value] = counts.get(group.state.value, 0) + 1
-        return counts
+        """Groups coordinated here by state, for the metrics."""
+        return dict(Counter(g.state.value for s in self.shards
+                            for g in list(s.held.groups.values())))
 
     def member_count(self) -> int:
         return sum(len(g.members) for s in self.shards for g in list(s.held.groups.values()))

@@ -46,13 +46,12 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..coordinator_driver import CoordinatorDriver, wall_clock_ms
-from ..coordinator_shards import Load, Shards
 from ..internal_topics import InternalTopic
 from ..partition import Partition
-from .core import TXN_TOPIC, ProducerIdAndEpoch, TxnCore, TxnCounters, WriteMarkers
+from .core import TXN_TOPIC, ProducerIdAndEpoch, TxnCore, WriteMarkers
 from .log_records import Status
 from .markers import CoordinatorFenced, MarkerWriter
-from .state import TxnMetadata, TxnState
+from .state import TxnMetadata
 
 if TYPE_CHECKING:
     from ..parts import BrokerParts
@@ -84,23 +83,11 @@ class TxnCoordinator(CoordinatorDriver):
             timeout_max_ms=c.transaction_max_timeout_ms,
             expiration_ms=c.transactional_id_expiration_ms,
             expiration_check_ms=c.transaction_remove_expired_transaction_cleanup_interval_ms)
-
-    @property
-    def counters(self) -> TxnCounters:
-        return self.core.counters
-
-    @property
-    def shards(self) -> Shards[TxnState]:
-        return self.core.shards
+        self.counters = self.core.counters  # the metrics read them
 
     # -------------------------------------------------------------------- the core's clock
     def _appended(self, append_id: int, error: int, first_offset: int) -> Sequence[object]:
         return self.core.appended(self.clock(), append_id, error, first_offset)
-
-    def _loaded(self, load: Load, log_start: int, log_end: int,
-                took_ms: int) -> Sequence[object]:
-        return self.core.loaded(self.clock(), load.index, load.leader_epoch, log_start, log_end,
-                                took_ms)
 
     def _tick(self) -> Sequence[object]:
         return self.core.tick(self.clock())

@@ -42,12 +42,13 @@ reserve (OSError) answers COORDINATOR_NOT_AVAILABLE.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from epochlog.protocol.error_codes import ErrorCode
 
-from ..coordinator_shards import Append, Load, Records, Resolve, Shard, Shards, Unload
+from ..coordinator_shards import Append, Load, Resolve, Shard, ShardedCore, Shards
 from . import log_records
 from .log_records import Status, TxnLogEntry
 from .state import PREPARED, TxnMetadata, TxnState
@@ -138,7 +139,7 @@ _Then = Callable[[int, int, int], list[Action]]
 TxnShard = Shard[TxnState]
 
 
-class TxnCore:
+class TxnCore(ShardedCore[TxnState, Action, _Then]):
     def __init__(self, new_producer_id: Callable[[], int], *,
                  partition_of: Callable[[str], int], timeout_max_ms: int, expiration_ms: int,
                  expiration_check_ms: int, check_ms: int = TICK_MS,
@@ -148,32 +149,18 @@ class TxnCore:
         self.expiration_check_ms = expiration_check_ms
         self.check_every_ms = min(check_ms, expiration_check_ms)
         self.retry_first_ms, self.retry_max_ms = retry_first_ms, retry_max_ms
-        self.shards: Shards[TxnState] = Shards(
+        super().__init__(Shards(
             TXN_TOPIC, "transactional ids", lambda: TxnState(new_producer_id, timeout_max_ms),
-            lambda state: len(state.ids))
+            lambda state: len(state.ids)))
         self.counters = TxnCounters()
         self._completing: dict[str, TxnShard] = {}  # ids whose second phase is under way
         self._retries: dict[str, _Retry] = {}  # Complete* to write again
-        self._appending: dict[int, _Then] = {}
-        self._next_append = 0
         self._next_check_ms = 0  # the first tick checks at once
         self._next_expiry_ms: int | None = None  # an expiration_check_ms after the first tick
 
     # ----------------------------------------------------------------------------- shards
-    def partition_applied(self, index: int, leader_epoch: int | None) -> list[Action]:
-        return self._lifecycle(self.shards.partition_applied(index, leader_epoch))
-
-    def leadership_lost(self, index: int) -> list[Action]:
-        return self._lifecycle(self.shards.leadership_lost(index))
-
-    def unload_all(self, why: str) -> list[Action]:
-        return self._lifecycle(self.shards.unload_all(why))
-
-    @staticmethod
-    def _lifecycle(changes: Sequence[Load | Unload[TxnState]]) -> list[Action]:
-        # An unloaded shard's requests are answered by their appends' continuations, its
-        # second phases end with their markers (the driver stops once we no longer lead).
-        return [change for change in changes if isinstance(change, Load)]
+    # An unloaded shard's requests are answered by their appends' continuations, its second
+    # phases end with their markers (the driver stops once we no longer lead).
 
     def replay(self, index: int, leader_epoch: int, offset: int, key: bytes | None,
                value: bytes | None, *, producer_id: int = -1, transactional: bool = False,
@@ -205,15 +192,10 @@ class TxnCore:
         return self.shards.lookup(self.partition_of(transactional_id))
 
     # -------------------------------------------------------------------------- the log
-    def _append(self, shard: TxnShard, records: Records, then: _Then) -> Append:
-        self._next_append += 1
-        self._appending[self._next_append] = then
-        return Append(self._next_append, shard.index, shard.leader_epoch, records, _WRITE_ERRORS)
-
     def appended(self, now_ms: int, append_id: int, error: int, first_offset: int
                  ) -> list[Action]:
         """An Append is replicated (error 0) or failed."""
-        return self._appending.pop(append_id)(now_ms, error, first_offset)
+        return self._continuation(append_id)(now_ms, error, first_offset)
 
     def _write(self, shard: TxnShard, transactional_id: str, entry: TxnLogEntry,
                then: Callable[[int, int], list[Action]]) -> Append:
@@ -232,7 +214,7 @@ class TxnCore:
             return then(now_ms, 0)
 
         records = [(log_records.txn_key(transactional_id), log_records.txn_value(entry))]
-        return self._append(shard, records, written)
+        return self._append(shard, records, _WRITE_ERRORS, written)
 
     # -------------------------------------------------------------------------- requests
     def init_producer_id(self, now_ms: int, transactional_id: str, timeout_ms: int,
@@ -449,7 +431,8 @@ class TxnCore:
                                                            else ""))
             return []
 
-        return [self._append(shard, [(log_records.txn_key(t), None) for t in ids], written)]
+        return [self._append(shard, [(log_records.txn_key(t), None) for t in ids], _WRITE_ERRORS,
+                             written)]
 
     # ---------------------------------------------------------------------- describing
     def describe(self, transactional_id: str) -> tuple[int, TxnMetadata | None]:
@@ -486,8 +469,5 @@ class TxnCore:
 
     def id_counts(self) -> dict[str, int]:
         """Ids coordinated here by state (Kafka's names), for the metrics."""
-        counts: dict[str, int] = {}
-        for shard in self.shards:
-            for m in list(shard.held.ids.values()):
-                counts[m.status.kafka_name] = counts.get(m.status.kafka_name, 0) + 1
-        return counts
+        return dict(Counter(m.status.kafka_name for s in self.shards
+                            for m in list(s.held.ids.values())))
