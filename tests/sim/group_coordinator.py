@@ -3,11 +3,12 @@
 Theory of operation
 -------------------
 `GroupBroker` is a broker as far as one consumer group is concerned. Each process life runs the
-real `epochlog.broker.groups.core.GroupCore` and is its driver, as broker/groups/coordinator.py
-is in the broker: a request is one of the core's events with a token and is answered by the
-core's `Resolve`; the core is ticked at its `next_deadline_ms()`. So everything the coordinator
-decides (parking JoinGroup and SyncGroup and their limits, stores, commits and their checks,
-loading, unloading, timers) is the real code. What is simulated is the offsets partition:
+real `epochlog.broker.groups.core.GroupCore`, driven by a `GroupDriver` (core_driver.py) as
+broker/groups/coordinator.py drives it in the broker: a request is one of the core's events with
+a token and is answered by the core's `Resolve`; the core is ticked at its `next_deadline_ms()`.
+So everything the coordinator decides (parking JoinGroup and SyncGroup and their limits, stores,
+commits and their checks, loading, unloading, timers) is the real code. What is simulated is the
+offsets partition:
 
 `GroupCluster` holds it (its records, in Kafka's formats as offsets_log.py writes them, read back
 by the core's real load; its leader epoch) and which broker leads it, the coordinator. An
@@ -31,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from epochlog.broker.coordinator_shards import Append, Load, Resolve
+from epochlog.broker.coordinator_shards import Append, Load
 from epochlog.broker.groups import offsets_log
 from epochlog.broker.groups.core import GroupCore, OffsetToCommit
 from epochlog.broker.groups.state import GroupSettings, JoinRequest, JoinResult
@@ -52,6 +53,7 @@ from epochlog.protocol.apis.offset_fetch import (
 from epochlog.protocol.apis.sync_group import SyncGroupResponse
 from epochlog.protocol.error_codes import ErrorCode as E
 
+from .core_driver import CoreDriver
 from .scheduler import Node, Scheduler
 
 if TYPE_CHECKING:
@@ -126,91 +128,80 @@ class GroupCluster:
         self.sim.log(f"{broker}: commit {tp[0]}-{tp[1]}={committed} by {who[0]} gen {who[1]}")
 
 
+class GroupDriver(CoreDriver):
+    """The real group coordinator core on one broker, for one process life."""
+
+    def __init__(self, broker: GroupBroker) -> None:
+        super().__init__(broker)
+        self.broker = broker
+        self.cluster = c = broker.cluster
+        self.core = GroupCore(c.settings, partition_of=lambda group_id: INDEX,
+                              partition_known=lambda topic, p: True, metadata_max_bytes=4096,
+                              new_member_id=c.new_member_id, park_margin_ms=PARK_MARGIN_MS)
+        self.committer = ("", -1)  # (member id, generation) of the commit being asked
+
+    def next_deadline_ms(self) -> int | None:
+        return self.core.next_deadline_ms()
+
+    def tick(self) -> list[Any]:
+        return self.core.tick(self.now(), self.now())
+
+    def perform(self, action: Any) -> None:
+        rng = self.node.sim.rng
+        if isinstance(action, Append):
+            first = self.cluster.place(len(action.records))
+            self.node.timer(rng.randint(APPEND_MS_MIN, APPEND_MS_MAX), self._appended, action,
+                            first, self.committer)
+        else:
+            assert isinstance(action, Load), action
+            took_ms = rng.randint(LOAD_MS_MIN, LOAD_MS_MAX)
+            self.node.timer(took_ms, self._load, action, took_ms)
+
+    def _appended(self, a: Append, first: int, who: tuple[str, int]) -> None:
+        error = self.cluster.replicate(self.node.name, a, first, who)
+        self.run(self.core.appended(self.now(), self.now(), a.append_id,
+                                    a.errors.get(error, error), first))
+
+    def _load(self, load: Load, took_ms: int) -> None:
+        records = self.cluster.records
+        for offset in sorted(records):
+            self.core.replay(INDEX, load.leader_epoch, offset, *records[offset])
+        self.run(self.core.loaded(self.now(), INDEX, load.leader_epoch, 0,
+                                  self.cluster.next_offset, took_ms))
+        shard = self.core.shards.get(INDEX)
+        if shard is not None and not shard.loading and shard.leader_epoch == self.cluster.epoch:
+            self.cluster.coordinator = self.node.node_id
+
+
 class GroupBroker(Node):
     def __init__(self, sim: Scheduler, node_id: int, cluster: GroupCluster) -> None:
         super().__init__(sim, node_id, f"broker{node_id}")
         self.cluster = cluster
-        self.core: GroupCore | None = None
-        self._answers: dict[int, Callable[[Any], None]] = {}  # token -> the reply
-        self._next_token = 0
-        self._tick_at = -1
+        self.driver: GroupDriver | None = None  # this process life's
 
     # ------------------------------------------------------------------ lifecycle
     def on_start(self) -> None:
-        c = self.cluster
-        self.core = GroupCore(c.settings, partition_of=lambda group_id: INDEX,
-                              partition_known=lambda topic, p: True, metadata_max_bytes=4096,
-                              new_member_id=c.new_member_id, park_margin_ms=PARK_MARGIN_MS)
+        self.driver = GroupDriver(self)
 
     def on_crash(self) -> None:
-        self.core = None
-        self._answers.clear()
-        self._tick_at = -1
+        self.driver = None
         if self.cluster.coordinator == self.node_id:
             self.cluster.coordinator = None
 
+    def after_event(self) -> None:
+        if self.driver is not None:
+            self.driver.after_event()
+
     @property
     def loading(self) -> bool:
-        shard = None if self.core is None else self.core.shards.get(INDEX)
+        shard = None if self.driver is None else self.driver.core.shards.get(INDEX)
         return shard is not None and shard.loading
 
     def lead(self, epoch: int | None) -> None:
         """The replica manager applied a state of the offsets partition: led at epoch, or not
         (None)."""
-        if self.up and self.core is not None:
-            self._run(self.core.partition_applied(INDEX, epoch))
-
-    def _load(self, load: Load, took_ms: int) -> None:
-        assert self.core is not None
-        records = self.cluster.records
-        for offset in sorted(records):
-            self.core.replay(INDEX, load.leader_epoch, offset, *records[offset])
-        self._run(self.core.loaded(self.sim.now_ms, INDEX, load.leader_epoch, 0,
-                                   self.cluster.next_offset, took_ms))
-        shard = self.core.shards.get(INDEX)
-        if shard is not None and not shard.loading and shard.leader_epoch == self.cluster.epoch:
-            self.cluster.coordinator = self.node_id
-
-    def after_event(self) -> None:
-        deadline = None if self.core is None else self.core.next_deadline_ms()
-        if deadline is not None and (self._tick_at < self.sim.now_ms or deadline < self._tick_at):
-            self._tick_at = deadline
-            self.timer(deadline - self.sim.now_ms, self._tick)
-
-    def _tick(self) -> None:
-        assert self.core is not None
-        self._tick_at = -1
-        self._run(self.core.tick(self.sim.now_ms, self.sim.now_ms))
-
-    # ------------------------------------------------------------------ actions
-    def _run(self, actions: list[Any], who: tuple[str, int] = ("", -1)) -> None:
-        rng = self.sim.rng
-        for action in actions:
-            if isinstance(action, Resolve):
-                reply = self._answers.pop(action.token, None)
-                if reply is not None:
-                    reply(action.result)
-            elif isinstance(action, Append):
-                first = self.cluster.place(len(action.records))
-                self.timer(rng.randint(APPEND_MS_MIN, APPEND_MS_MAX), self._appended, action,
-                           first, who)
-            else:
-                assert isinstance(action, Load), action
-                took_ms = rng.randint(LOAD_MS_MIN, LOAD_MS_MAX)
-                self.timer(took_ms, self._load, action, took_ms)
-
-    def _appended(self, a: Append, first: int, who: tuple[str, int]) -> None:
-        assert self.core is not None
-        error = self.cluster.replicate(self.name, a, first, who)
-        self._run(self.core.appended(self.sim.now_ms, self.sim.now_ms, a.append_id,
-                                     a.errors.get(error, error), first))
-
-    def _ask(self, reply: Callable[[Any], None], event: Callable[[int], list[Any]],
-             who: tuple[str, int] = ("", -1)) -> None:
-        """A request as the core's event under a fresh token; reply once it is resolved."""
-        self._next_token += 1
-        self._answers[self._next_token] = reply
-        self._run(event(self._next_token), who)
+        if self.up and self.driver is not None:
+            self.driver.run(self.driver.core.partition_applied(INDEX, epoch))
 
     # ------------------------------------------------------------------ requests
     def serve(self, key: int, version: int, request: Any, reply: Callable[[Any], None],
@@ -219,70 +210,75 @@ class GroupBroker(Node):
             c = self.cluster.coordinator
             reply((E.COORDINATOR_NOT_AVAILABLE, -1) if c is None else (0, c))
             return
-        assert self.core is not None
-        _HANDLERS[key](self, self.core, self.sim.now_ms, request, reply)
-
-    def _join(self, core: GroupCore, now: int, req: Any, reply: Callable[[Any], None]) -> None:
-        join = JoinRequest(
-            member_id=req.member_id, group_instance_id=req.group_instance_id,
-            client_id=req.member_id.split("-")[0] or req.group_instance_id or "member",
-            client_host="sim", session_timeout_ms=req.session_timeout_ms,
-            rebalance_timeout_ms=req.rebalance_timeout_ms, protocol_type=req.protocol_type,
-            protocols=tuple((p.name, p.metadata) for p in req.protocols),
-            require_known_member_id=True)
-        self._ask(lambda r: reply(_join_answer(r)),
-                  lambda token: core.join(now, now, req.group_id, join, token))
-
-    def _sync(self, core: GroupCore, now: int, req: Any, reply: Callable[[Any], None]) -> None:
-        self._ask(lambda r: reply(SyncGroupResponse(error_code=r.error, assignment=r.assignment)),
-                  lambda token: core.sync(
-                      now, now, req.group_id, req.generation_id, req.member_id,
-                      req.group_instance_id, req.protocol_type, req.protocol_name,
-                      [(a.member_id, a.assignment) for a in req.assignments], token))
-
-    def _heartbeat(self, core: GroupCore, now: int, req: Any,
-                   reply: Callable[[Any], None]) -> None:
-        reply(HeartbeatResponse(error_code=core.heartbeat(
-            now, req.group_id, req.generation_id, req.member_id, req.group_instance_id)))
-
-    def _leave(self, core: GroupCore, now: int, req: Any, reply: Callable[[Any], None]) -> None:
-        leaving = [(m.member_id, m.group_instance_id) for m in req.members] or \
-            [(req.member_id, None)]
-        self._ask(lambda r: reply(LeaveGroupResponse(error_code=r.error)),
-                  lambda token: core.leave(now, now, req.group_id, leaving, token))
-
-    def _commit(self, core: GroupCore, now: int, req: Any, reply: Callable[[Any], None]) -> None:
-        offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
-                                  p.committed_leader_epoch, p.committed_metadata or "")
-                   for t in req.topics for p in t.partitions]
-        generation = req.generation_id_or_member_epoch
-        self._ask(lambda r: reply(_commit_answer(req, r.errors)),
-                  lambda token: core.commit(now, now, req.group_id, generation, req.member_id,
-                                            req.group_instance_id, offsets, token),
-                  who=(req.member_id, generation))
-
-    def _fetch(self, core: GroupCore, now: int, req: Any, reply: Callable[[Any], None]) -> None:
-        wanted = [(t.name, index) for t in req.topics for index in t.partition_indexes]
-        error, found = core.fetch_offsets(req.group_id, wanted)
-        if error:
-            reply(OffsetFetchResponse(error_code=error))
-            return
-        reply(OffsetFetchResponse(topics=[OffsetFetchResponseTopic(name=t.name, partitions=[
-            OffsetFetchResponsePartition(
-                partition_index=index, committed_offset=-1 if got is None else got.offset,
-                committed_leader_epoch=-1 if got is None else got.leader_epoch)
-            for index in t.partition_indexes for got in [found[(t.name, index)]]])
-            for t in req.topics]))
+        assert self.driver is not None
+        _HANDLERS[key](self.driver, self.sim.now_ms, request, reply)
 
 
-_HANDLERS: dict[int, Callable[[GroupBroker, GroupCore, int, Any, Callable[[Any], None]],
-                              None]] = {
-    ApiKey.JOIN_GROUP: GroupBroker._join,
-    ApiKey.SYNC_GROUP: GroupBroker._sync,
-    ApiKey.HEARTBEAT: GroupBroker._heartbeat,
-    ApiKey.LEAVE_GROUP: GroupBroker._leave,
-    ApiKey.OFFSET_COMMIT: GroupBroker._commit,
-    ApiKey.OFFSET_FETCH: GroupBroker._fetch,
+def _join(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    join = JoinRequest(
+        member_id=req.member_id, group_instance_id=req.group_instance_id,
+        client_id=req.member_id.split("-")[0] or req.group_instance_id or "member",
+        client_host="sim", session_timeout_ms=req.session_timeout_ms,
+        rebalance_timeout_ms=req.rebalance_timeout_ms, protocol_type=req.protocol_type,
+        protocols=tuple((p.name, p.metadata) for p in req.protocols),
+        require_known_member_id=True)
+    d.ask(lambda r: reply(_join_answer(r)),
+          lambda token: d.core.join(now, now, req.group_id, join, token))
+
+
+def _sync(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    d.ask(lambda r: reply(SyncGroupResponse(error_code=r.error, assignment=r.assignment)),
+          lambda token: d.core.sync(
+              now, now, req.group_id, req.generation_id, req.member_id, req.group_instance_id,
+              req.protocol_type, req.protocol_name,
+              [(a.member_id, a.assignment) for a in req.assignments], token))
+
+
+def _heartbeat(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    reply(HeartbeatResponse(error_code=d.core.heartbeat(
+        now, req.group_id, req.generation_id, req.member_id, req.group_instance_id)))
+
+
+def _leave(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    leaving = [(m.member_id, m.group_instance_id) for m in req.members] or \
+        [(req.member_id, None)]
+    d.ask(lambda r: reply(LeaveGroupResponse(error_code=r.error)),
+          lambda token: d.core.leave(now, now, req.group_id, leaving, token))
+
+
+def _commit(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
+                              p.committed_leader_epoch, p.committed_metadata or "")
+               for t in req.topics for p in t.partitions]
+    generation = req.generation_id_or_member_epoch
+    d.committer = (req.member_id, generation)
+    d.ask(lambda r: reply(_commit_answer(req, r.errors)),
+          lambda token: d.core.commit(now, now, req.group_id, generation, req.member_id,
+                                      req.group_instance_id, offsets, token))
+    d.committer = ("", -1)
+
+
+def _fetch(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    wanted = [(t.name, index) for t in req.topics for index in t.partition_indexes]
+    error, found = d.core.fetch_offsets(req.group_id, wanted)
+    if error:
+        reply(OffsetFetchResponse(error_code=error))
+        return
+    reply(OffsetFetchResponse(topics=[OffsetFetchResponseTopic(name=t.name, partitions=[
+        OffsetFetchResponsePartition(
+            partition_index=index, committed_offset=-1 if got is None else got.offset,
+            committed_leader_epoch=-1 if got is None else got.leader_epoch)
+        for index in t.partition_indexes for got in [found[(t.name, index)]]])
+        for t in req.topics]))
+
+
+_HANDLERS: dict[int, Callable[[GroupDriver, int, Any, Callable[[Any], None]], None]] = {
+    ApiKey.JOIN_GROUP: _join,
+    ApiKey.SYNC_GROUP: _sync,
+    ApiKey.HEARTBEAT: _heartbeat,
+    ApiKey.LEAVE_GROUP: _leave,
+    ApiKey.OFFSET_COMMIT: _commit,
+    ApiKey.OFFSET_FETCH: _fetch,
 }
 
 

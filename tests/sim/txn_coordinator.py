@@ -12,12 +12,13 @@ log the new leader loads, and its writer is answered an error all the same); the
 hears of it one LeaderAndIsr later (queued while it is paused: a zombie coordinator acts on its
 stale state until then); the new leader is told at once (LOADING) and loads the log after a gap.
 
-`Coordinator` is one broker life's driver of the real core (core.py), as coordinator.py is in the
-broker: requests become the core's events under a token and are answered by its `Resolve`; an
-`Append` goes to the log (a delay, then `appended`); a `Load` replays the log; `WriteMarkers` is
-sent by txn_markers.py's `MarkerSender`, its outcome given back (`markers_done`,
-`markers_given_up`); `CoordinatorAbort` tells the checkers which producer epoch is fenced; the
-core is ticked at its `next_deadline_ms()`. Every decision (what to write, when to answer, the
+`Coordinator` is one broker life's driver of the real core (core.py; core_driver.py does what
+both simulations' drivers do alike), as coordinator.py is in the broker: requests become the
+core's events under a token and are answered by its `Resolve`; an `Append` goes to the log (a
+delay, then `appended`); a `Load` replays the log; `WriteMarkers` is sent by txn_markers.py's
+`MarkerSender`, its outcome given back (`markers_done`, `markers_given_up`); `CoordinatorAbort`
+tells the checkers which producer epoch is fenced; the core is ticked at its
+`next_deadline_ms()`. Every decision (what to write, when to answer, the
 second phase and its retries, timeouts, completing what a load finds in Prepare*) is the real
 code's; the timings are scaled down (TICK_MS, RETRY_*).
 """
@@ -28,12 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from epochlog.broker.coordinator_shards import Append, Load, Resolve
+from epochlog.broker.coordinator_shards import Append, Load
 from epochlog.broker.txn import log_records
 from epochlog.broker.txn.core import CoordinatorAbort, TxnCore, WriteMarkers
 from epochlog.broker.txn.state import PREPARED
 from epochlog.protocol.error_codes import ErrorCode as E
 
+from .core_driver import CoreDriver
 from .txn_markers import MarkerSender
 
 if TYPE_CHECKING:
@@ -142,26 +144,21 @@ class TxnLog:
             self.leader = None
 
 
-class Coordinator:
+class Coordinator(CoreDriver):
     """The real transaction coordinator core on one broker, for one process life."""
 
     def __init__(self, broker: TxnBroker) -> None:
+        super().__init__(broker)
         self.broker = broker
         self.log = broker.txn_log
         self.core = TxnCore(self.log.new_producer_id, partition_of=lambda tid: INDEX,
                             timeout_max_ms=TIMEOUT_MAX_MS, expiration_ms=EXPIRATION_MS,
                             expiration_check_ms=EXPIRATION_MS, check_ms=TICK_MS,
                             retry_first_ms=RETRY_FIRST_MS, retry_max_ms=RETRY_MAX_MS)
-        self._answers: dict[int, Callable[[Any], None]] = {}  # token -> the reply
-        self._next_token = 0
-        self._tick_at = -1
 
     @property
     def checkers(self) -> TxnCheckers:
         return self.log.checkers
-
-    def now(self) -> int:
-        return self.broker.sim.now_ms
 
     @property
     def loading(self) -> bool:
@@ -173,6 +170,26 @@ class Coordinator:
         shard = self.core.shards.get(INDEX)
         return (self.broker.coordinator is self and shard is not None
                 and shard.leader_epoch == leader_epoch)
+
+    # ------------------------------------------------------------------------ the core's
+    def next_deadline_ms(self) -> int | None:
+        return self.core.next_deadline_ms()
+
+    def tick(self) -> list[Any]:
+        return self.core.tick(self.now())
+
+    def perform(self, action: Any) -> None:
+        if isinstance(action, Append):
+            self._append(action)
+        elif isinstance(action, WriteMarkers):
+            self._write_markers(action)
+        elif isinstance(action, CoordinatorAbort):
+            self.checkers.aborted_by_coordinator(action.producer_id, action.producer_epoch,
+                                                 action.why)
+        else:
+            assert isinstance(action, Load), action
+            took_ms = self.node.sim.rng.randint(LOAD_MS_MIN, LOAD_MS_MAX)
+            self.node.timer(took_ms, self._load, action, took_ms)
 
     # ------------------------------------------------------------------------ partition states
     def lead(self, epoch: int) -> None:
@@ -194,32 +211,7 @@ class Coordinator:
             self.log.leader = self.broker.node_id
         self.run(actions)
 
-    # ------------------------------------------------------------------------ requests
-    def ask(self, reply: Callable[[Any], None], event: Callable[[int], list[Any]]) -> None:
-        """A request as the core's event under a fresh token; reply once it is resolved."""
-        self._next_token += 1
-        self._answers[self._next_token] = reply
-        self.run(event(self._next_token))
-
-    def run(self, actions: list[Any]) -> None:
-        b = self.broker
-        for action in actions:
-            if isinstance(action, Resolve):
-                reply = self._answers.pop(action.token, None)
-                if reply is not None:
-                    reply(action.result)
-            elif isinstance(action, Append):
-                self._append(action)
-            elif isinstance(action, WriteMarkers):
-                self._write_markers(action)
-            elif isinstance(action, CoordinatorAbort):
-                self.checkers.aborted_by_coordinator(action.producer_id, action.producer_epoch,
-                                                     action.why)
-            else:
-                assert isinstance(action, Load), action
-                took_ms = b.sim.rng.randint(LOAD_MS_MIN, LOAD_MS_MAX)
-                b.timer(took_ms, self._load, action, took_ms)
-
+    # ------------------------------------------------------------------------ the log
     def _append(self, a: Append) -> None:
         life = self.broker.life
 
@@ -249,15 +241,3 @@ class Coordinator:
         self.checkers.count(f"markers_{outcome}")
         fenced = "a newer coordinator's marker is there" if outcome == "fenced" else None
         self.run(self.core.markers_given_up(w, fenced))
-
-    # ------------------------------------------------------------------------ timer
-    def after_event(self) -> None:
-        deadline = self.core.next_deadline_ms()
-        now = self.now()
-        if deadline is not None and (self._tick_at < now or deadline < self._tick_at):
-            self._tick_at = deadline
-            self.broker.timer(deadline - now, self._tick)
-
-    def _tick(self) -> None:
-        self._tick_at = -1
-        self.run(self.core.tick(self.now()))
