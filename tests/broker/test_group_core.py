@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from epochlog.broker.coordinator_shards import Append, Load, Resolve
+from epochlog.broker.coordinator_shards import Append, Load
 from epochlog.broker.groups import offsets_log
 from epochlog.broker.groups.core import (
     PARK_MARGIN_MS,
@@ -34,39 +34,25 @@ from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode as E
 from epochlog.protocol.records import decode_batch
 
+from .core_recorder import Recorder
+
 SESSION_MS = 10_000
 REBALANCE_MS = 20_000
 DELAY_MS = 100
 GROUP = "g"
 
 
-class Driver:
+class Driver(Recorder):
     """Feeds the core as a driver does: tokens, a clock, appends answered on request."""
 
     def __init__(self) -> None:
+        super().__init__()
         ids = itertools.count(1)
         self.core = GroupCore(GroupSettings(1000, 60_000, DELAY_MS),
                               partition_of=lambda group_id: 0,
                               partition_known=lambda topic, p: topic == "t",
                               metadata_max_bytes=10,
                               new_member_id=lambda prefix: f"{prefix}-{next(ids)}")
-        self.now = 1000
-        self.tokens = itertools.count(1)
-        self.answers: dict[int, object] = {}
-        self.appends: list[Append] = []
-        self.loads: list[Load] = []
-
-    def run(self, actions: list) -> list:
-        for a in actions:
-            if isinstance(a, Resolve):
-                assert a.token not in self.answers, "a token answered twice"
-                self.answers[a.token] = a.result
-            elif isinstance(a, Append):
-                self.appends.append(a)
-            else:
-                assert isinstance(a, Load), a
-                self.loads.append(a)
-        return actions
 
     def lead(self, epoch: int = 1, records: list | None = None) -> None:
         """Partition 0 led at epoch, its log (records: (key, value) or a marker) loaded."""
@@ -91,13 +77,21 @@ class Driver:
             (("range", b"r"),), True))
 
     def append_done(self, error: int = 0, first: int = 100) -> Append:
-        a = self.appends.pop(0)
+        a = self.next_append()
         self.run(self.core.appended(self.now, self.now, a.append_id, error, first))
         return a
 
     def advance(self, ms: int) -> None:
         self.now += ms
         self.run(self.core.tick(self.now, self.now))
+
+    def formed(self) -> str:
+        """Partition 0 led and loaded, and one member alone in generation 1: its id."""
+        self.lead()
+        member = self.member()
+        self.join(member)
+        self.advance(DELAY_MS)
+        return member
 
     def member(self) -> str:
         """A member that joined (MEMBER_ID_REQUIRED, then its id) and whose join is parked."""
@@ -115,7 +109,7 @@ def test_requests_before_a_load_and_while_loading_are_told_where_to_go() -> None
     d = Driver()
     assert d.answers[d.join()] == JoinResult(E.NOT_COORDINATOR)
     d.run(d.core.partition_applied(0, 4))
-    assert d.loads == [Load(0, 4)]
+    assert d.taken(Load) == [Load(0, 4)]
     t = d.ask("commit", GROUP, -1, "", None, offsets((0, 5)))
     assert d.answers[t] == CommitAnswer({("t", 0): E.COORDINATOR_LOAD_IN_PROGRESS})
     assert d.core.heartbeat(d.now, GROUP, 1, "m", None) == E.COORDINATOR_LOAD_IN_PROGRESS
@@ -203,10 +197,7 @@ def test_a_join_parks_until_the_group_answers_then_the_leader_stores_its_assignm
 
 def test_a_failed_store_fails_the_sync_and_counts() -> None:
     d = Driver()
-    d.lead()
-    member = d.member()
-    d.join(member)
-    d.advance(DELAY_MS)
+    member = d.formed()
     sync = d.ask("sync", GROUP, 1, member, None, None, None, [(member, b"a")])
     d.append_done(E.NOT_COORDINATOR)
     assert d.answers[sync] == SyncResult(E.NOT_COORDINATOR)
@@ -217,10 +208,7 @@ def test_the_park_limit_answers_rebalance_in_progress_and_a_later_reply_is_dropp
     """The leader's sync waits for its store; an append that never ends leaves the group no
     deadline of its own (a member that waits is not expired): the park limit answers."""
     d = Driver()
-    d.lead()
-    member = d.member()
-    d.join(member)
-    d.advance(DELAY_MS)
+    member = d.formed()
     parked = d.ask("sync", GROUP, 1, member, None, None, None, [(member, b"a")])
     limit_ms = REBALANCE_MS + PARK_MARGIN_MS
     assert d.core.next_deadline_ms() == d.now + limit_ms

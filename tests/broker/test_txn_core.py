@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 
 import pytest
 
-from epochlog.broker.coordinator_shards import Append, Load, Resolve
 from epochlog.broker.txn import log_records
 from epochlog.broker.txn.core import (
     EXPIRE_BATCH_MAX,
@@ -26,41 +26,34 @@ from epochlog.broker.txn.core import (
 from epochlog.broker.txn.log_records import Status, TxnLogEntry, txn_key, txn_value
 from epochlog.protocol.error_codes import ErrorCode as E
 
+from .core_recorder import Recorder
+
 TIMEOUT_MS = 5000
 EXPIRATION_MS = 60_000
 EXPIRY_CHECK_MS = 10_000
 TID = "t"
 
 
-class Driver:
-    """Feeds the core as a driver does: tokens, a clock, appends answered on request."""
+def txn_core(new_producer_id: Callable[[], int]) -> TxnCore:
+    """A core whose ids are all in partition 0."""
+    return TxnCore(new_producer_id, partition_of=lambda tid: 0, timeout_max_ms=60_000,
+                   expiration_ms=EXPIRATION_MS, expiration_check_ms=EXPIRY_CHECK_MS)
 
-    def __init__(self) -> None:
-        ids = itertools.count(1000)
-        self.core = TxnCore(lambda: next(ids), partition_of=lambda tid: 0,
-                            timeout_max_ms=60_000, expiration_ms=EXPIRATION_MS,
-                            expiration_check_ms=EXPIRY_CHECK_MS)
-        self.now = 1000
-        self.tokens = itertools.count(1)
-        self.answers: dict[int, object] = {}
-        self.appends: list[Append] = []
-        self.markers: list[WriteMarkers] = []
-        self.aborts: list[CoordinatorAbort] = []
 
-    def run(self, actions: list) -> list:
-        for a in actions:
-            if isinstance(a, Resolve):
-                assert a.token not in self.answers, "a token answered twice"
-                self.answers[a.token] = a.result
-            elif isinstance(a, Append):
-                self.appends.append(a)
-            elif isinstance(a, WriteMarkers):
-                self.markers.append(a)
-            elif isinstance(a, CoordinatorAbort):
-                self.aborts.append(a)
-            else:
-                assert isinstance(a, Load), a
-        return actions
+class Driver(Recorder):
+    """Feeds a core as TxnCoordinator does, its appends answered when the test says."""
+
+    def __init__(self, core: TxnCore | None = None) -> None:
+        super().__init__()
+        self.core = core or txn_core(itertools.count(1000).__next__)
+
+    @property
+    def markers(self) -> list[WriteMarkers]:
+        return self.taken(WriteMarkers)
+
+    @property
+    def aborts(self) -> list[CoordinatorAbort]:
+        return self.taken(CoordinatorAbort)
 
     def lead(self, epoch: int = 1, log: list[tuple[str, TxnLogEntry]] | None = None) -> None:
         self.run(self.core.partition_applied(0, epoch))
@@ -76,7 +69,7 @@ class Driver:
 
     def written(self, error: int = 0) -> TxnLogEntry | None:
         """The first append in flight ends with error: the entry it wrote (None: a tombstone)."""
-        a = self.appends.pop(0)
+        a = self.next_append()
         self.run(self.core.appended(self.now, a.append_id, error, 0))
         return log_records.parse(*a.records[0], 0)[1]
 
@@ -156,7 +149,7 @@ def test_a_commit_writes_prepare_then_markers_then_complete() -> None:
     t = d.ask("end_txn", p.producer_id, p.producer_epoch, True)
     assert d.written().status is Status.PREPARE_COMMIT  # type: ignore[union-attr]
     assert d.answers[t] == 0
-    w = d.markers.pop()
+    (w,) = d.markers
     assert w == WriteMarkers(TID, 1000, 0, True, frozenset({("a", 0), ("b", 1)}), 0, 2)
     d.run(d.core.markers_done(d.now, w))
     assert d.written().status is Status.COMPLETE_COMMIT  # type: ignore[union-attr]
@@ -170,7 +163,7 @@ def test_complete_is_retried_with_a_growing_backoff_while_the_shard_is_ours() ->
     p = d.ongoing()
     d.ask("end_txn", p.producer_id, p.producer_epoch, False)
     d.written()
-    d.run(d.core.markers_done(d.now, d.markers.pop()))
+    d.run(d.core.markers_done(d.now, *d.markers))
     for delay_ms in (RETRY_FIRST_MS, 2 * RETRY_FIRST_MS, 4 * RETRY_FIRST_MS, 8 * RETRY_FIRST_MS,
                      16 * RETRY_FIRST_MS, RETRY_MAX_MS, RETRY_MAX_MS):
         d.written(E.NOT_ENOUGH_REPLICAS)
@@ -190,7 +183,7 @@ def test_a_retry_stops_once_the_shard_is_gone() -> None:
     p = d.ongoing()
     d.ask("end_txn", p.producer_id, p.producer_epoch, True)
     d.written()
-    d.run(d.core.markers_done(d.now, d.markers.pop()))
+    d.run(d.core.markers_done(d.now, *d.markers))
     d.written(E.NOT_ENOUGH_REPLICAS)
     d.run(d.core.leadership_lost(0))
     d.tick(d.now + RETRY_MAX_MS)
@@ -204,7 +197,7 @@ def test_fenced_markers_end_the_second_phase_with_a_warning(caplog: pytest.LogCa
     p = d.ongoing()
     d.ask("end_txn", p.producer_id, p.producer_epoch, True)
     d.written()
-    w = d.markers.pop()
+    (w,) = d.markers
     with caplog.at_level(logging.WARNING, "epochlog.broker"):
         d.run(d.core.markers_given_up(w, "a-0: a newer coordinator's marker is there"))
     assert caplog.messages == ["transactional id t: markers not written, a-0: a newer "
@@ -219,10 +212,10 @@ def test_markers_of_an_older_shard_do_not_complete_the_newer_one_s() -> None:
     p = d.ongoing()
     d.ask("end_txn", p.producer_id, p.producer_epoch, True)
     d.written()
-    old = d.markers.pop()
+    (old,) = d.markers
     prepared = d.core.describe(TID)[1].entry  # type: ignore[union-attr]
     d.lead(epoch=2, log=[(TID, prepared)])  # a new epoch: the load finds it in Prepare*
-    new = d.markers.pop()
+    (new,) = d.markers
     assert (new.leader_epoch, old.leader_epoch) == (2, 1)
     d.run(d.core.markers_done(d.now, old))
     assert not d.appends
@@ -238,7 +231,8 @@ def test_a_new_producer_fences_an_open_transaction_and_aborts_it() -> None:
     assert d.written().status is Status.PREPARE_ABORT  # type: ignore[union-attr]
     assert d.answers[t] == ProducerIdAndEpoch(E.CONCURRENT_TRANSACTIONS, -1, -1)
     assert d.aborts == [CoordinatorAbort(TID, p.producer_id, p.producer_epoch, "fenced")]
-    assert d.markers[0].producer_epoch == p.producer_epoch + 1 and not d.markers[0].commit
+    (w,) = d.markers
+    assert w.producer_epoch == p.producer_epoch + 1 and not w.commit
     assert d.core.counters.fenced_total == 1
 
 
@@ -282,9 +276,7 @@ def test_a_producer_id_that_cannot_be_reserved_is_coordinator_not_available() ->
     def no_ids() -> int:
         raise OSError("disk full")
 
-    d = Driver()
-    d.core = TxnCore(no_ids, partition_of=lambda tid: 0, timeout_max_ms=60_000,
-                     expiration_ms=EXPIRATION_MS, expiration_check_ms=EXPIRY_CHECK_MS)
+    d = Driver(txn_core(no_ids))
     d.lead()
     t = d.ask("init_producer_id", TIMEOUT_MS, None)
     assert d.answers[t] == ProducerIdAndEpoch(E.COORDINATOR_NOT_AVAILABLE)
