@@ -229,15 +229,14 @@ class Coordinator(CoreDriver):
         if b.broken == "complete_without_markers":
             self.run(self.core.markers_done(self.now(), w))
             return
-        MarkerSender(b, b.network, len(self.log.brokers), w.producer_id, w.producer_epoch,
-                     w.commit, w.leader_epoch, w.partitions, lambda: self.leads(w.leader_epoch),
-                     lambda outcome: self._markers_sent(w, outcome)).start()
+        MarkerSender(b, b.network, len(self.log.brokers), w,
+                     lambda: self.leads(w.leader_epoch),
+                     lambda outcome, fenced: self._markers_sent(w, outcome, fenced)).start()
 
-    def _markers_sent(self, w: WriteMarkers, outcome: str) -> None:
+    def _markers_sent(self, w: WriteMarkers, outcome: str, fenced: str | None) -> None:
         if outcome == "written":
             self.log.on_phase("markers_written", self.broker.node_id)
             self.run(self.core.markers_done(self.now(), w))
             return
         self.checkers.count(f"markers_{outcome}")
-        fenced = "a newer coordinator's marker is there" if outcome == "fenced" else None
         self.run(self.core.markers_given_up(w, fenced))
