@@ -241,7 +241,7 @@ class GroupCore(ShardedCore[GroupShard, Action, _Then]):
         if shard is None:
             return []
         held, replay = shard.held, shard.held.replay
-        for group_id in replay.snapshots.keys() | replay.offsets.keys():
+        for group_id in sorted(replay.snapshots.keys() | replay.offsets.keys()):  # replayable
             snap = replay.snapshots.get(group_id)
             group = (Group.from_snapshot(snap, self.settings, now_ms, self.new_member_id)
                      if snap is not None else self._new_group(group_id))
