@@ -275,17 +275,17 @@ def broker_ingest(root: Path, records: int, mode: str
                   ) -> tuple[float, float, float, float, int, dict[str, int]]:
     """(MB/s, broker CPU s, producer CPU s, elapsed s, log bytes on disk, Produce requests by
     version) of records produced to one broker by confluent-kafka."""
-    _import_tests()
-    from tests.broker.cluster import Cluster, free_port
+    from epochlog.testing import Cluster
+    from epochlog.testing.network import free_port
 
     os.sync()
     metrics_port = free_port()  # read once, after the run: which Produce versions came
-    with Cluster(root / "cluster", brokers=1,
+    with Cluster(1, base_dir=root / "cluster",
                  broker_args=("--metrics-listen", f"127.0.0.1:{metrics_port}")) as cluster:
-        cluster.create_topic("ingest", partitions=1, replication_factor=1)
-        pid = cluster.broker(1).proc.pid  # type: ignore[union-attr]
-        mb_s, broker_cpu, producer_cpu, elapsed = confluent_ingest(cluster.bootstrap, pid,
-                                                                   records, mode)
+        cluster.create_topic("ingest", 1, 1)
+        pid = cluster.brokers[1].pid
+        mb_s, broker_cpu, producer_cpu, elapsed = confluent_ingest(cluster.bootstrap_servers,
+                                                                   pid, records, mode)
         produces = produce_requests(metrics_port)
     # The acks were not empty words: the broker's log holds every record (and its framing).
     acked = records * RECORD_BYTES
@@ -302,7 +302,7 @@ def sink_ingest(root: Path, records: int, mode: str
     confluent-kafka, exactly as to the broker, to bench/raw_sink.py: a plain asyncio server that
     speaks just enough Kafka (ApiVersions offering what the broker offers, Metadata, Produce
     appended to a file and answered with no checks)."""
-    _import_tests()
+    _import_bench()
     from bench import raw_sink
 
     os.sync()
@@ -336,7 +336,6 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
     pre-encoded Produce v9 requests (acks=1, one batch of PLAIN_BATCH_RECORDS each) from a plain
     socket, PLAIN_IN_FLIGHT unanswered at most (librdkafka's default): the raw limit's own kind of
     client, so that the producer's CPU is out of the comparison and the broker's cost shows."""
-    _import_tests()
     from epochlog.protocol.apis.produce import (
         PartitionProduceData,
         ProduceRequest,
@@ -347,7 +346,7 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
     from epochlog.protocol.headers import RequestHeader
     from epochlog.protocol.records import build_batch
     from epochlog.protocol.registry import APIS
-    from tests.broker.cluster import Cluster
+    from epochlog.testing import Cluster
 
     os.sync()
     batch = build_batch([(None, os.urandom(RECORD_BYTES), None, None)] * PLAIN_BATCH_RECORDS)
@@ -357,9 +356,9 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
     request = frame(RequestHeader(0, 9, 1, "bench").encode(2) + body)
     value_bytes = PLAIN_BATCH_RECORDS * RECORD_BYTES
     requests = max(1, total_bytes // value_bytes)
-    with Cluster(root / "plain", brokers=1) as cluster:
-        cluster.create_topic("ingest", partitions=1, replication_factor=1)
-        b = cluster.broker(1)
+    with Cluster(1, base_dir=root / "plain") as cluster:
+        cluster.create_topic("ingest", 1, 1)
+        b = cluster.brokers[1]
         window = threading.Semaphore(PLAIN_IN_FLIGHT)
         failed: list[str] = []
         with socket.create_connection(("127.0.0.1", b.port), timeout=WAIT_S) as sock:
@@ -376,7 +375,7 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
                     window.release()
 
             reader = threading.Thread(target=read_answers, daemon=True)
-            broker_cpu = cpu_seconds(b.proc.pid)  # type: ignore[union-attr]
+            broker_cpu = cpu_seconds(b.pid)
             start = time.perf_counter()
             reader.start()
             for _ in range(requests):
@@ -385,16 +384,16 @@ def plain_ingest(root: Path, total_bytes: int) -> tuple[float, float, float]:
                 sock.sendall(request)
             reader.join(WAIT_S)
             elapsed = time.perf_counter() - start
-            broker_cpu = cpu_seconds(b.proc.pid) - broker_cpu  # type: ignore[union-attr]
+            broker_cpu = cpu_seconds(b.pid) - broker_cpu
         assert not reader.is_alive() and not failed, f"answers missing or failed: {failed[:3]}"
     shutil.rmtree(root / "plain")
     return requests * value_bytes / elapsed / 1e6, broker_cpu, elapsed
 
 
-def _import_tests() -> None:
+def _import_bench() -> None:
     repo = str(Path(__file__).resolve().parent.parent)
-    if repo not in sys.path:  # tests/ is not installed; its Cluster helper is reused here:
-        sys.path.insert(0, repo)  # real children on free ports, every wait bounded
+    if repo not in sys.path:  # bench/ is not installed: its raw sink is imported from here
+        sys.path.insert(0, repo)
 
 
 # ------------------------------------------------------------- start-up and idle memory
@@ -487,9 +486,7 @@ def first_ack(bootstrap: str, start: float, cluster: ClusterUp) -> float:
 def startup_and_memory(root: Path, brokers: int) -> tuple[float, float, dict[str, float]]:
     """(seconds to first ack, seconds to "cluster up" line, name -> idle RSS MB)."""
     os.sync()  # the ingest rounds' writeback must not slow the controller's fsyncs here
-    if str(Path(__file__).resolve().parent.parent) not in sys.path:  # tests/ is not installed
-        sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.test_cluster_up import free_port_base  # the ports `cluster up` takes
+    from epochlog.testing.network import free_port_base  # the ports `cluster up` takes
 
     port_base = free_port_base()
     bootstrap = ",".join(f"127.0.0.1:{port_base + i}" for i in range(brokers))

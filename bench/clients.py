@@ -34,16 +34,11 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-REPO = str(Path(__file__).resolve().parent.parent)
-if REPO not in sys.path:  # tests/ is not installed; its Cluster helper is reused here
-    sys.path.insert(0, REPO)
 
 LINGER_MS = 5
 BATCH_BYTES = 256 * 1024
@@ -318,15 +313,15 @@ def main() -> None:
     if args.epochlog_partition_fetch_bytes is not None:
         EPOCHLOG_CONSUMER_SETTINGS["max_partition_fetch_bytes"] = \
             args.epochlog_partition_fetch_bytes
-    from tests.broker.cluster import Cluster
+    from epochlog.testing import Cluster
 
     clients = args.clients.split(",")
     directions = args.directions.split(",")
     root = Path(tempfile.mkdtemp(prefix="bench_clients_", dir=args.dir))
     try:
-        with Cluster(root / "cluster", brokers=1) as cluster:
-            broker_proc = next(iter(cluster.brokers.values())).proc
-            broker_pid = broker_proc.pid if broker_proc is not None else 0
+        with Cluster(1, base_dir=root / "cluster") as cluster:
+            broker_pid = cluster.brokers[1].pid
+            bootstrap = cluster.bootstrap_servers
             produced: dict[tuple[int, str], dict[str, Run]] = {}
             consumed: dict[tuple[int, str], dict[str, Run]] = {}
             for size in map(int, args.sizes.split(",")):
@@ -334,17 +329,17 @@ def main() -> None:
                 for acks in args.acks.split(","):
                     for client in clients:
                         topic = f"bench-{client}-{size}-{acks}"
-                        cluster.create_topic(topic, partitions=1, replication_factor=1)
+                        cluster.create_topic(topic, 1, 1)
                         if "produce" in directions:
                             produced.setdefault((size, acks), {})[client] = measure(
-                                PRODUCERS[client], cluster.bootstrap, topic, args.records,
+                                PRODUCERS[client], bootstrap, topic, args.records,
                                 value, acks, broker_pid)
                         if "consume" in directions and client in CONSUMERS:
                             if "produce" not in directions:
-                                produce_confluent(cluster.bootstrap, topic, args.records, value,
+                                produce_confluent(bootstrap, topic, args.records, value,
                                                   acks)
                             consumed.setdefault((size, acks), {})[client] = measure(
-                                CONSUMERS[client], cluster.bootstrap, topic, args.records,
+                                CONSUMERS[client], bootstrap, topic, args.records,
                                 value, acks, broker_pid)
             print(f"{args.records:,} records per run, one epochlog broker, 1 partition, "
                   f"linger {LINGER_MS} ms, batch {BATCH_BYTES // 1024} KiB, no compression")

@@ -76,7 +76,7 @@ from typing import Any, Self
 from epochlog.protocol.api_keys import ApiKey
 
 REPO = str(Path(__file__).resolve().parent.parent)
-if REPO not in sys.path:  # tests/ is not installed; its Cluster helper is reused here
+if REPO not in sys.path:  # run as `python bench/groups.py`: bench/ is not installed
     sys.path.insert(0, REPO)
 
 from bench.clients import process_cpu_s
@@ -480,8 +480,8 @@ def prime_coordinator(cluster: Any, group_id: str) -> None:
 
     deadline = time.monotonic() + SETTLE_WAIT_S
     while True:
-        answer = cluster.any_broker().call(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(
-            key=group_id, key_type=0, coordinator_keys=[group_id]), version=4)
+        answer = cluster.ask(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest(
+            key=group_id, key_type=0, coordinator_keys=[group_id]))
         if answer.coordinators[0].error_code == 0:
             return
         if time.monotonic() > deadline:
@@ -500,7 +500,7 @@ def warm_offsets_topic(cluster: Any, prime: Callable[[str], None]) -> None:
         for p in topic.partitions:
             for replica in p.replica_nodes:
                 if replica != p.leader_id:
-                    cluster.broker(replica).wait_line(
+                    cluster.brokers[replica].wait_line(
                         rf"{offsets}-{p.partition_index}: truncating -> fetching")
 
 
@@ -533,16 +533,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.partitions < args.members + 1:
         parser.error("--partitions must be at least --members + 1 (every member holds some)")
-    from tests.broker.cluster import Cluster
+    from epochlog.testing import Cluster
 
     clients = args.clients.split(",")
     strategies = args.strategies.split(",")
     root = Path(tempfile.mkdtemp(prefix="bench_groups_", dir=args.dir))
     try:
-        with Cluster(root / "cluster", brokers=3, broker_args=BROKER_ARGS) as cluster:
-            pids = [b.proc.pid for b in cluster.brokers.values() if b.proc is not None]
-            cluster.create_topic(TOPIC, partitions=args.partitions, replication_factor=3)
-            epoch = cluster.leaders(TOPIC)[0][1]
+        with Cluster(3, base_dir=root / "cluster", broker_args=BROKER_ARGS) as cluster:
+            pids = [b.pid for b in cluster.brokers.values()]
+            bootstrap = cluster.bootstrap_servers
+            cluster.create_topic(TOPIC, args.partitions, 3)
+            epoch = cluster.wait_leaders(TOPIC, args.partitions)[0][1]
             prime = functools.partial(prime_coordinator, cluster)
             warm_offsets_topic(cluster, prime)
             results: dict[tuple[str, str], Result] = {}
@@ -552,7 +553,7 @@ def main() -> None:
                     with costs.setdefault((client, strategy), Costs(pids)):
                         rng = random.Random(args.seed)  # the same phases for each client
                         results[(client, strategy)] = ROUNDS[client](
-                            cluster.bootstrap, strategy, args.members, args.partitions,
+                            bootstrap, strategy, args.members, args.partitions,
                             args.rounds, f"bench-{client}-{strategy}", prime,
                             functools.partial(rng.uniform, 0, HEARTBEAT_MS / 1000))
             commit_results: dict[str, CommitResult] = {}
@@ -561,7 +562,7 @@ def main() -> None:
                 prime(group_id)
                 costs[(client, "commits")] = Costs(pids)
                 commit_results[client] = COMMITS[client](
-                    cluster.bootstrap, group_id, args.commits, epoch, costs[(client, "commits")])
+                    bootstrap, group_id, args.commits, epoch, costs[(client, "commits")])
         report(args, clients, strategies, results, commit_results, costs)
     finally:
         shutil.rmtree(root, ignore_errors=True)

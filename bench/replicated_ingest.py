@@ -2,8 +2,8 @@
 
     python bench/replicated_ingest.py [--records 200000] [--failovers 3] [--dir PATH]
 
-A controller and three brokers as real children on 127.0.0.1 (tests/broker/cluster.py, default
-settings). Two topics of one partition each:
+A controller and three brokers as real children on 127.0.0.1 (`epochlog.testing.Cluster`,
+default settings). Two topics of one partition each:
   - `rf3`: replication factor 3, min.insync.replicas 2, produced with acks=all;
   - `rf1`: replication factor 1, produced with acks=1: the yardstick, same run, same machine.
 confluent-kafka produces --records records of 1 KiB to each (linger.ms 5, batch.size 1 MiB, no
@@ -23,20 +23,15 @@ Figures vary from run to run on a shared 2-core machine: compare ratios.
 from __future__ import annotations
 
 import argparse
-import signal
 import statistics
-import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 import confluent_kafka
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.broker.cluster import Cluster  # noqa: E402  (the tests' real-process fixture)
+from epochlog.testing import Cluster
 
 RECORD_BYTES = 1024
 WAIT_S = 60.0
@@ -97,9 +92,9 @@ def wait_until(check: Any, what: str, timeout_s: float = WAIT_S) -> None:
 
 def failover(cluster: Cluster, topic: str) -> float:
     """Seconds from SIGKILL of the leader to the first acks=all success on the new leader."""
-    leader = cluster.leaders(topic)[0][0]
+    leader = cluster.leader_of(topic, 0)
     producer = confluent_kafka.Producer({
-        "bootstrap.servers": cluster.bootstrap, "acks": "all", "linger.ms": 0,
+        "bootstrap.servers": cluster.bootstrap_servers, "acks": "all", "linger.ms": 0,
         "message.timeout.ms": int(WAIT_S * 1000), "retry.backoff.ms": 20,
         "enable.idempotence": False, "topic.metadata.refresh.interval.ms": 1000})
     acked: list[tuple[float, float]] = []  # (produced at, acknowledged at)
@@ -121,15 +116,14 @@ def failover(cluster: Cluster, topic: str) -> float:
     try:
         wait_until(lambda: len(acked) > 10, "acks before the kill")
         killed_at = time.monotonic()
-        cluster.broker(leader).stop(signal.SIGKILL)
+        cluster.kill(leader)
         wait_until(lambda: any(s > killed_at for s, _ in list(acked)), "an ack after the kill")
         first = min(a for s, a in list(acked) if s > killed_at)
     finally:
         stop.set()
         thread.join(WAIT_S)
         producer.flush(WAIT_S)
-    cluster.broker(leader).start()
-    cluster.broker(leader).wait_started()
+    cluster.restart(leader)
     wait_until(lambda: isr_size(cluster, topic) == 3, "the ISR back to three")
     return first - killed_at
 
@@ -149,14 +143,13 @@ def main() -> None:
         controller_args = ["--set", f"broker_session_timeout_ms={args.session_timeout_ms}"]
         broker_args = ["--set", f"broker_heartbeat_interval_ms={args.session_timeout_ms // 4}"]
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp, \
-            Cluster(tmp, brokers=3, controller_args=controller_args,
+            Cluster(3, base_dir=tmp, controller_args=controller_args,
                     broker_args=broker_args) as cluster:
-        min_isr: dict[str, Any] = {"min.insync.replicas": "2"}
-        cluster.create_topic("rf3", 1, 3, **min_isr)
+        cluster.create_topic("rf3", 1, 3, {"min.insync.replicas": "2"})
         cluster.create_topic("rf1", 1, 1)
         wait_until(lambda: isr_size(cluster, "rf3") == 3, "rf3's ISR of three")
-        rf1 = ingest(cluster.bootstrap, "rf1", "1", args.records)
-        rf3 = ingest(cluster.bootstrap, "rf3", "all", args.records)
+        rf1 = ingest(cluster.bootstrap_servers, "rf1", "1", args.records)
+        rf3 = ingest(cluster.bootstrap_servers, "rf3", "all", args.records)
         print(f"records of {RECORD_BYTES} B: {args.records} per topic")
         print(f"  RF=1 acks=1   : {rf1[0]:7.1f} MB/s, p50 {rf1[1]:7.1f} ms, p99 {rf1[2]:7.1f} ms")
         print(f"  RF=3 acks=all : {rf3[0]:7.1f} MB/s, p50 {rf3[1]:7.1f} ms, p99 {rf3[2]:7.1f} ms")

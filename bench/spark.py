@@ -31,15 +31,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
-
-REPO = str(Path(__file__).resolve().parent.parent)
-if REPO not in sys.path:  # tests/ is not installed; its Cluster helper is reused here
-    sys.path.insert(0, REPO)
 
 LINGER_MS = 5
 BATCH_BYTES = 256 * 1024
@@ -145,19 +140,19 @@ def main() -> None:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
-    from tests.broker.cluster import Cluster
+    from epochlog.testing import Cluster
 
     value = bytes(args.value_bytes)
     root = Path(tempfile.mkdtemp(prefix="bench-spark-"))
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores)", flush=True)
     try:
-        with Cluster(root / "cluster", brokers=1) as cluster:
+        with Cluster(1, base_dir=root / "cluster") as cluster:
             topic, out_topic = "bench", "bench-out"
-            cluster.create_topic(topic, partitions=args.partitions, replication_factor=1)
-            cluster.create_topic(out_topic, partitions=args.partitions, replication_factor=1)
-            produce_rate = fill(cluster.bootstrap, topic, args.records, value)
+            cluster.create_topic(topic, args.partitions, 1)
+            cluster.create_topic(out_topic, args.partitions, 1)
+            produce_rate = fill(cluster.bootstrap_servers, topic, args.records, value)
             read_rate = best(args.rounds, lambda: plain_read(
-                cluster.bootstrap, topic, args.partitions, args.records))
+                cluster.bootstrap_servers, topic, args.partitions, args.records))
 
             from epochlog import pipeline
             spark = pipeline.session(args.master, "epochlog-bench", **{
@@ -166,7 +161,7 @@ def main() -> None:
             try:
                 def source() -> Any:
                     return (spark.read.format("epochlog")
-                            .option("kafka.bootstrap.servers", cluster.bootstrap)
+                            .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
                             .option("subscribe", topic).load())
 
                 def count() -> None:
@@ -186,7 +181,7 @@ def main() -> None:
                 assert rows.count() == args.records  # built before the clock starts
                 write_rate = best(args.rounds, lambda: timed_rate(
                     args.records, lambda: rows.write.format("epochlog")
-                    .option("kafka.bootstrap.servers", cluster.bootstrap)
+                    .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
                     .option("topic", out_topic).option("kafka.linger.ms", str(LINGER_MS))
                     .option("kafka.batch.size", str(BATCH_BYTES)).save()))
             finally:

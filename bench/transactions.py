@@ -2,7 +2,7 @@
 
     python bench/transactions.py [--records 100000] [--dir PATH]
 
-A controller and three brokers as real children on 127.0.0.1 (tests/broker/cluster.py). One
+A controller and three brokers as real children on 127.0.0.1 (`epochlog.testing.Cluster`). One
 topic of three partitions, replication factor 3, min.insync.replicas 2. Each client,
 confluent-kafka (librdkafka, a yardstick nobody here wrote) and then epochlog's own `Producer`,
 produces --records records of 1 KiB, acks=all, linger 5 ms, no compression:
@@ -26,10 +26,8 @@ from pathlib import Path
 
 import confluent_kafka
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from epochlog import Producer  # noqa: E402
-from tests.broker.cluster import Cluster  # noqa: E402  (the tests' real-process fixture)
+from epochlog import Producer
+from epochlog.testing import Cluster
 
 RECORD_BYTES = 1024
 WAIT_S = 60.0
@@ -136,19 +134,18 @@ def main() -> int:
     parser.add_argument("--dir", type=Path, default=None, help="where the cluster lives")
     args = parser.parse_args()
     base = args.dir or Path(tempfile.mkdtemp(prefix="epochlog-bench-txn-"))
-    with Cluster(base, brokers=3) as cluster:
-        cluster.create_topic(TOPIC, partitions=3, replication_factor=3,
-                             **{"min.insync.replicas": "2"})
+    with Cluster(3, base_dir=base) as cluster:
+        cluster.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
         cluster.wait_fully_replicated(TOPIC)
         print(f"{args.records} records of {RECORD_BYTES} B, acks=all, 3 brokers, RF 3, "
               f"3 partitions")
         for client, runner in ((f"confluent-kafka {confluent_kafka.__version__}", run),
                                ("epochlog's Producer", run_ours)):
             print(client)
-            yardstick = runner(cluster.bootstrap, args.records, None, "idempotent")
+            yardstick = runner(cluster.bootstrap_servers, args.records, None, "idempotent")
             print(f"  idempotent, no transaction (yardstick)   {yardstick:10,.0f} records/s")
             for size in (10_000, 100):
-                rate = runner(cluster.bootstrap, args.records, size,
+                rate = runner(cluster.bootstrap_servers, args.records, size,
                               f"bench-{client.split()[0]}-{size}")
                 print(f"  transactions of {size:>6,} records          {rate:10,.0f} records/s  "
                       f"({rate / yardstick:.2f} x the yardstick)")

@@ -57,7 +57,6 @@ from .txn.coordinator import TxnCoordinator
 log = logging.getLogger("epochlog.broker")
 
 STORAGE_TICK_MS = 100  # how often due flushes, retention and checkpoints are looked at
-TOPIC_SETTINGS_REFRESH_MS = 2000  # how soon an altered topic setting reaches this broker
 AUTO_CREATE_WAIT_MS_MAX = 2000  # how long Metadata waits for an auto-created topic to arrive
 AUTO_CREATE_PENDING_MAX = 100  # topics being auto-created for Produce at once
 CLEANER_PASSES_PER_WAKE_MAX = 16  # then the cleaner sleeps its interval again
@@ -143,7 +142,6 @@ class Broker:
         generation = await self.controller.register()
         self.spawn(self.controller.run(), "heartbeat")
         self.spawn(self._storage_loop(), "storage")
-        self.spawn(self._topic_settings_loop(), "topic settings")
         if self.config.log_cleaner_enable:
             self.cleaner = LogCleaner(logs, CleanerSettings(
                 offset_map_bytes_max=self.config.log_cleaner_dedupe_buffer_size,
@@ -286,18 +284,6 @@ class Broker:
             await asyncio.sleep(STORAGE_TICK_MS / 1000)
             await self.replicas.flush_due_logs()
             self.replicas.logs.tick()  # retention and checkpoints, each on its own interval
-
-    async def _topic_settings_loop(self) -> None:
-        """Topic settings altered at the controller (AlterConfigs) reach this broker within
-        TOPIC_SETTINGS_REFRESH_MS: it asks again for the topics it holds (one bounded
-        DescribeConfigs per TOPICS_PER_REQUEST_MAX topics)."""
-        assert self.replicas is not None and self.controller is not None
-        while True:
-            await asyncio.sleep(TOPIC_SETTINGS_REFRESH_MS / 1000)
-            try:
-                await self.replicas.refresh_topic_settings(self.controller.forward)
-            except ControllerLinkClosed:
-                return  # the broker is stopping
 
     async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
         """Each wake, up to CLEANER_PASSES_PER_WAKE_MAX passes: choose (loop), run (executor

@@ -10,8 +10,8 @@
 - `append(...)`: records appended through the leader's normal append, answered once the high
   watermark passes them (replicated to the ISR, as acks=all), within the coordinator's timeout;
   storage and replication errors mapped to what the coordinator's clients retry.
-- `records(...)`: every record of a partition from its log start to a given end, a chunk at a
-  time (a coordinator loading its state); control batches skipped.
+- `batch_records(...)`: every record of a partition from its log start to a given end, each with
+  its batch's header, a chunk at a time (a coordinator loading its state).
 """
 
 from __future__ import annotations
@@ -186,20 +186,12 @@ class InternalTopic:
             return E.REQUEST_TIMED_OUT, info.first_offset
         return errors.get(error, error), info.first_offset
 
-    async def records(self, partition: Partition, end: int,
-                      still_wanted: Callable[[], bool]) -> AsyncIterator[Record]:
-        """The records of partition's log from its start to end, a chunk at a time (other
-        requests run in between), control batches skipped; stops early once still_wanted() is
-        False."""
-        async for header, record in self.batch_records(partition, end, still_wanted):
-            if not header.is_control:
-                yield record
-
     async def batch_records(self, partition: Partition, end: int,
                             still_wanted: Callable[[], bool]
                             ) -> AsyncIterator[tuple[BatchHeader, Record]]:
-        """As records(), each with its batch's header, control records included (a coordinator
-        whose log holds transactions)."""
+        """The records of partition's log from its start to end, each with its batch's header
+        (control records included), a chunk at a time (other requests run in between); stops
+        early once still_wanted() is False."""
         the_log = partition.log
         offset = the_log.log_start_offset
         while offset < end and still_wanted():

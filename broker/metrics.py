@@ -253,11 +253,7 @@ def _txn_metrics(txns: Any) -> Iterator[Metric]:
     """The transaction coordinator (broker/txn/coordinator.py)."""
     states = GaugeMetricFamily("epochlog_broker_transactional_ids", "Transactional ids "
                                "coordinated here, by state (Kafka's names).", labels=["state"])
-    counts: Counter[str] = Counter()
-    for shard in list(txns.shards.values()):
-        for m in list(shard.state.ids.values()):
-            counts[m.status.kafka_name] += 1
-    for state, count in sorted(counts.items()):
+    for state, count in sorted(txns.id_counts().items()):
         states.add_metric([state], count)
     yield states
     yield _gauge("epochlog_broker_transaction_state_partitions_led",

@@ -14,10 +14,11 @@ Rules (docs/control-plane.md):
   skip the check), else stops serving it and deletes it if asked.
 - Every applied state and every removal is told to `partition_listeners` (the broker's replica
   fetchers, fetcher.py): a follower is fetched from its leader, anything else is not.
-- Topic settings (topic_configs.py): before a LeaderAndIsr opens a partition of a topic we have
-  no settings for (or one just created), `load_topic_settings` asks the controller for them; the
-  log is then created, or an existing one reconfigured, with them, and the partition keeps the
-  topic's min.insync.replicas.
+- Topic settings (topic_configs.py) come in the control requests (`take_topic_settings`): a
+  LeaderAndIsr's before its partition states, so a log is created, or an existing one
+  reconfigured, with its topic's settings, and the partition keeps the topic's
+  min.insync.replicas; an UpdateMetadata's for the topics we hold. A change is put into force on
+  the open partitions at once.
 
 Corrupt data found on read (Kafka's log-dir failure handling, per partition): `storage_failed`
 cuts our log before the damage (everything after it is fetched again from the leader) and takes
@@ -41,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
 from epochlog.protocol.error_codes import ErrorCode
@@ -49,7 +50,7 @@ from epochlog.protocol.error_codes import ErrorCode
 from .partition import NO_LEADER, InvalidPartitionState, Partition, PartitionState, Role
 from .purgatory import Purgatory
 from .storage import CorruptLog, DiskWriteFailed, LogManager
-from .topic_configs import Fetch, TopicConfigs
+from .topic_configs import TopicConfigs
 
 log = logging.getLogger("epochlog.broker")
 
@@ -104,27 +105,27 @@ class ReplicaManager:
         self.produce_purgatory.poke(tp)
         self.fetch_purgatory.poke(tp)
 
-    # ------------------------------------------------------------------------ LeaderAndIsr
-    async def load_topic_settings(self, named: Iterable[tuple[TopicPartition, bool]],
-                                  fetch: Fetch) -> None:
-        """Before applying a LeaderAndIsr ((topic, index), is_new per partition): fetch the
-        settings of topics it makes us open that we do not know, or that were just created."""
-        wanted = {topic for (topic, index), is_new in named
-                  if is_new or ((topic, index) not in self.partitions
-                                and not self.topic_configs.knows(topic))}
-        if wanted:
-            await self.topic_configs.ensure(wanted, fetch)
+    # ---------------------------------------------------------------------- topic settings
+    def take_topic_settings(self, carried: Mapping[str, Mapping[str, str]], *,
+                            held_only: bool = False) -> int:
+        """The settings a control request carried, by topic (the controller's decided values):
+        kept (topic_configs.py) and put into force on our open partitions of the topics whose
+        settings changed. held_only: only the topics whose settings we keep already, which are
+        those we hold (the LeaderAndIsr that placed them here carried them): UpdateMetadata tells
+        every broker of every change, while a LeaderAndIsr's topics are about to be opened here.
+        How many open partitions changed."""
+        changed = {topic for topic, settings in carried.items()
+                   if (not held_only or self.topic_configs.knows(topic))
+                   and self.topic_configs.take(topic, settings)}
+        return self._put_in_force(changed) if changed else 0
 
-    async def refresh_topic_settings(self, fetch: Fetch) -> int:
-        """Ask again for the settings of every topic we hold and put changes into force on
-        the open partitions (AlterConfigs reach brokers this way); how many partitions
-        changed."""
-        topics = {topic for topic, _ in self.partitions}
-        if not topics:
-            return 0
-        await self.topic_configs.ensure(topics, fetch)
+    def _put_in_force(self, topics: set[str]) -> int:
+        """The settings these topics have now, on their open partitions: each log's LogConfig,
+        each partition's min.insync.replicas. How many partitions changed."""
         changed = 0
         for (topic, index), partition in list(self.partitions.items()):
+            if topic not in topics:
+                continue
             settings = self.topic_configs.get(topic)
             moved = self.logs.reconfigure(topic, index, settings.log)
             if partition.min_insync_replicas != settings.min_insync_replicas:
@@ -134,6 +135,7 @@ class ReplicaManager:
             changed += moved
         return changed
 
+    # ------------------------------------------------------------------------ LeaderAndIsr
     def apply_partition_state(self, topic: str, index: int, state: PartitionState,
                               is_new: bool) -> int:
         """One partition of a LeaderAndIsr: 0 (also for the state already in force),

@@ -36,13 +36,14 @@ import collections
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
 from epochlog.protocol.api import Api
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.request_hooks import Hook, HookSpec
 
 from .error_answers import SHAPES, error_answer
 
@@ -56,35 +57,7 @@ CONTROL_BODY_BYTES_MAX = 64 * 1024
 CONTROL_REQUEST_S = 10.0
 CONTROL_CONNECTIONS_MAX = 16
 
-Action = Literal["drop", "delay", "error"]
 Handle = Callable[[Any, Any], Awaitable[Any]]
-
-
-class HookSpec(msgspec.Struct, forbid_unknown_fields=True):
-    """What POST /hooks takes."""
-
-    api: int | str
-    action: Action
-    times: int = 1
-    delay_ms: int = 0
-    error: int | str | None = None
-    client_id: str | None = None
-
-
-class Hook(msgspec.Struct, kw_only=True):
-    """One installed hook, as GET /hooks shows it."""
-
-    id: int
-    api: str  # Kafka's name of the API
-    api_key: int
-    action: Action
-    times: int
-    remaining: int
-    fired: int = 0
-    delay_ms: int = 0
-    error: str | None = None  # the error code's name
-    error_code: int = 0
-    client_id: str | None = None
 
 
 class HookRefused(ValueError):
@@ -146,7 +119,7 @@ class RequestHooks:
             raise HookRefused(f"error is for the error action, not {spec.action}")
         self.hooks.append(hook)
         self.armed.setdefault(key, collections.deque()).append(hook)
-        log.warning("request hook %d installed (test only): %s", hook.id, describe(hook))
+        log.warning("request hook %d installed (test only): %s", hook.id, hook.describe())
         return hook
 
     def clear(self) -> int:
@@ -254,10 +227,3 @@ async def _read_http(reader: asyncio.StreamReader) -> tuple[str, str, bytes]:
     body = await reader.readexactly(length) if length else b""
     return parts[0], parts[1], body
 
-
-def describe(hook: Hook) -> str:
-    """One line: what the hook does."""
-    what = {"drop": "drop", "delay": f"delay by {hook.delay_ms} ms",
-            "error": f"answer {hook.error}"}[hook.action]
-    who = f" from client {hook.client_id!r}" if hook.client_id is not None else ""
-    return f"{what} the next {hook.times} {hook.api} request(s){who}"

@@ -14,7 +14,7 @@ never be sent (bigger, with its batch header, than `request_bytes_max` or `memor
 refused at once with MessageTooLargeError (Java's RecordTooLargeException), so no batch ever
 exceeds what one request or the buffer may hold, except as a batch of that one record.
 
-The sender calls `drain(now, ...)`, which picks at most one batch per partition per call, and
+The sender calls `drain(now_s, ...)`, which picks at most one batch per partition per call, and
 only when the partition may send: its open batch has lingered `linger_s` (or a flush is on), the
 head batch's retry backoff is over, its leader is known and that broker has room for another
 request. What one call gives one broker is one request: at most `request_bytes_max` bytes of
@@ -43,7 +43,7 @@ and its memory reservation. Halving again reaches one record per batch; a single
 fails. The records' DeliveryFutures still point at the original batch: it resolves once each of
 its halves has, and `Batch.locate` finds the half (or quarter...) that holds a given record.
 
-No I/O here and no clock: callers pass `now` (seconds, any monotonic origin) and a future
+No I/O here and no clock: callers pass `now_s` (seconds, any monotonic origin) and a future
 factory; the producer's sender task drives it.
 """
 
@@ -265,7 +265,7 @@ class Accumulator:
             f"more than {name} ({limit} bytes); it could never be sent")
 
     # ---------------------------------------------------------------------------- sending
-    def drain(self, now: float, leader_of: LeaderOf, node_has_room: Callable[[int], bool],
+    def drain(self, now_s: float, leader_of: LeaderOf, node_has_room: Callable[[int], bool],
               ) -> tuple[dict[int, list[Batch]], list[TopicPartition]]:
         """One request's worth of batches per leader node (at most one per partition, at most
         request_bytes_max bytes, at least one batch), and the partitions held back because their
@@ -285,12 +285,12 @@ class Accumulator:
                 if batch is None:
                     del active[pq]
                     continue
-                if not self.flushing and now - batch.created < self.linger_s:
+                if not self.flushing and now_s - batch.created < self.linger_s:
                     continue
                 pq.ready.append(batch)
                 pq.open = None
             head = pq.ready[0]
-            if head.retry_at > now or (pq.in_flight and (
+            if head.retry_at > now_s or (pq.in_flight and (
                     head.attempts or (idempotent and pq.last_acked_sequence < 0))):
                 continue
             leader = leader_of(pq.tp)
@@ -386,13 +386,13 @@ class Accumulator:
             batch.future.exception()  # retrieved: a failed batch nobody awaits is not a bug
             _settle_parents(batch)
 
-    def retry(self, batch: Batch, now: float, backoff_s: float, why: str,
+    def retry(self, batch: Batch, now_s: float, backoff_s: float, why: str,
               restart_sequence: bool = False) -> None:
         """batch goes back to its partition's ready batches, to be sent after backoff_s."""
         pq = self.queues[batch.tp]
         _remove(pq.in_flight, batch)
         batch.attempts += 1
-        batch.retry_at = now + backoff_s
+        batch.retry_at = now_s + backoff_s
         batch.last_error = why
         if restart_sequence:
             pq.needs_bump = True
@@ -448,18 +448,18 @@ class Accumulator:
         batch.reserved = 0
 
     # --------------------------------------------------------------------- time and state
-    def expired(self, now: float, delivery_timeout_s: float) -> list[Batch]:
+    def expired(self, now_s: float, delivery_timeout_s: float) -> list[Batch]:
         """Batches waiting to be sent (not in flight) whose delivery timeout has passed."""
         out = []
         for pq in self._active:
             for batch in pq.ready:
-                if now - batch.created >= delivery_timeout_s:
+                if now_s - batch.created >= delivery_timeout_s:
                     out.append(batch)
-            if pq.open is not None and now - pq.open.created >= delivery_timeout_s:
+            if pq.open is not None and now_s - pq.open.created >= delivery_timeout_s:
                 out.append(pq.open)
         return out
 
-    def next_wakeup(self, now: float, delivery_timeout_s: float) -> float | None:
+    def next_wakeup(self, now_s: float, delivery_timeout_s: float) -> float | None:
         """Seconds until drain or expiry may have something new to do by time alone."""
         soonest: float | None = None
         for pq in self._active:
@@ -472,7 +472,7 @@ class Accumulator:
                 continue
             if soonest is None or at < soonest:
                 soonest = at
-        return None if soonest is None else max(0.0, soonest - now)
+        return None if soonest is None else max(0.0, soonest - now_s)
 
     def pending(self) -> Iterable[Batch]:
         """Every batch not yet answered: open, ready or in flight."""

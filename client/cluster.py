@@ -238,10 +238,11 @@ class ClusterClient:
 
     def update_due_in(self) -> float:
         """Seconds until maybe_update() would refresh (0: now)."""
-        now = time.monotonic()
-        periodic = self._next_periodic - now
+        now_s = time.monotonic()
+        periodic = self._next_periodic - now_s
         if self._update_requested:
-            return max(0.0, min(periodic, self._last_refresh + self.retry_backoff_ms / 1000 - now))
+            backoff_end = self._last_refresh + self.retry_backoff_ms / 1000
+            return max(0.0, min(periodic, backoff_end - now_s))
         return max(0.0, periodic)
 
     async def maybe_update(self, topics: list[str] | None = None) -> bool:

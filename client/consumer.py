@@ -761,13 +761,13 @@ class Consumer:
             self._data.set()
 
     async def _sleep(self) -> None:
-        now = fetcher.monotonic()
+        now_s = fetcher.monotonic()
         wait = DRIVER_IDLE_S_MAX
         if self._states:
             wait = min(wait, self._cluster.update_due_in())
         for st in self._states.values():
-            if st.not_before > now and not st.in_flight:
-                wait = min(wait, st.not_before - now)
+            if st.not_before > now_s and not st.in_flight:
+                wait = min(wait, st.not_before - now_s)
         if wait > 0:
             await _wait(self._wake, wait)
 
@@ -792,11 +792,11 @@ class Consumer:
                 self._apply_metadata()
         except NETWORK_ERRORS as exc:
             log.debug("metadata refresh failed: %s", exc)
-        now = fetcher.monotonic()
-        self._start_resets(now)
-        self._start_validations(now)
+        now_s = fetcher.monotonic()
+        self._start_resets(now_s)
+        self._start_validations(now_s)
         if self._buffered_bytes < self.prefetch_max_bytes:
-            self._start_fetches(now)
+            self._start_fetches(now_s)
 
     def _spawn(self, coro: Any) -> None:
         if self._closed:
@@ -848,17 +848,17 @@ class Consumer:
             st.state = State.BLOCKED
             self._data.set()
 
-    def _by_leader(self, wanted: State, now: float) -> dict[int, list[PartitionState]]:
+    def _by_leader(self, wanted: State, now_s: float) -> dict[int, list[PartitionState]]:
         groups: dict[int, list[PartitionState]] = {}
         for st in self._states.values():
-            if st.state is wanted and st.ready(now) and \
+            if st.state is wanted and st.ready(now_s) and \
                     st.awaiting_metadata_epoch == NO_EPOCH and self._cluster.node_ready(st.leader):
                 groups.setdefault(st.leader, []).append(st)
         return groups
 
     # ------------------------------------------------------------------ resets (ListOffsets)
-    def _start_resets(self, now: float) -> None:
-        for node, sts in self._by_leader(State.RESET, now).items():
+    def _start_resets(self, now_s: float) -> None:
+        for node, sts in self._by_leader(State.RESET, now_s).items():
             for st in sts:
                 st.in_flight = True
             self._spawn(self._reset(node, sts))
@@ -900,8 +900,8 @@ class Consumer:
         self._clear_in_flight(sts, sent)
 
     # ------------------------------------------------------------------ validation (KIP-320)
-    def _start_validations(self, now: float) -> None:
-        for node, sts in self._by_leader(State.VALIDATE, now).items():
+    def _start_validations(self, now_s: float) -> None:
+        for node, sts in self._by_leader(State.VALIDATE, now_s).items():
             for st in sts:
                 st.in_flight = True
             self._spawn(self._validate(node, sts))
@@ -970,11 +970,11 @@ class Consumer:
                 st.state = State.FETCH
 
     # ------------------------------------------------------------------ fetching
-    def _start_fetches(self, now: float) -> None:
+    def _start_fetches(self, now_s: float) -> None:
         groups: dict[int, list[PartitionState]] = {}
         for st in self._states.values():
-            if st.fetchable(now):
-                node = st.read_from(now)
+            if st.fetchable(now_s):
+                node = st.read_from(now_s)
                 if node not in self._fetching and self._cluster.node_ready(node):
                     groups.setdefault(node, []).append(st)
         for node, sts in groups.items():
@@ -1013,7 +1013,7 @@ class Consumer:
                     st.in_flight = False
                     self._backoff(st, fetcher.Action(refresh_metadata=True, backoff=True))
             return
-        now = fetcher.monotonic()
+        now_s = fetcher.monotonic()
         got = False
         for topic in answer.responses:
             for p in topic.partitions:
@@ -1027,12 +1027,12 @@ class Consumer:
                     self._count_epoch_error(p.error_code)
                     action = fetcher.on_fetch_error(
                         st, p.error_code, node, p.log_start_offset, p.high_watermark,
-                        self.auto_offset_reset, self._validation_ok, now)
+                        self.auto_offset_reset, self._validation_ok, now_s)
                     if st.generation != sent[tp]:
                         self._drop_buffered(lambda c, st=st: c.st is st)
                     self._backoff(st, action)
                     continue
-                self._follow_preferred(st, node, p.preferred_read_replica, now)
+                self._follow_preferred(st, node, p.preferred_read_replica, now_s)
                 got = self._buffer_records(st, p.records, p.aborted_transactions) or got
         self._clear_in_flight(sts, sent)
         if got and self._buffered_bytes < self.prefetch_max_bytes and not self._closed:
@@ -1043,7 +1043,7 @@ class Consumer:
             self._data.set()
 
     def _follow_preferred(self, st: PartitionState, node: int, preferred: int,
-                          now: float) -> None:
+                          now_s: float) -> None:
         if preferred < 0 or preferred == node:
             return
         if preferred not in self._cluster.brokers:
@@ -1053,7 +1053,7 @@ class Consumer:
             log.info("%s-%d: reading from preferred replica %d (rack %s)", st.tp.topic,
                      st.tp.partition, preferred, self._cluster.brokers[preferred].rack)
         st.preferred_replica = preferred
-        st.preferred_until = now + self.metadata_max_age_ms / 1000
+        st.preferred_until = now_s + self.metadata_max_age_ms / 1000
 
     def _buffer_records(self, st: PartitionState, data: bytes | memoryview | None,
                         aborted: Sequence[Any] | None = None) -> bool:

@@ -100,20 +100,20 @@ class PartitionState:
         self.reset_policy = policy
         self.moved(State.RESET)
 
-    def read_from(self, now: float) -> int:
+    def read_from(self, now_s: float) -> int:
         """The broker to fetch from: the preferred read replica while it holds, else the leader."""
-        if self.preferred_replica >= 0 and now < self.preferred_until:
+        if self.preferred_replica >= 0 and now_s < self.preferred_until:
             return self.preferred_replica
         self.preferred_replica = -1
         return self.leader
 
-    def fetchable(self, now: float) -> bool:
-        return (self.state is State.FETCH and self.ready(now)
+    def fetchable(self, now_s: float) -> bool:
+        return (self.state is State.FETCH and self.ready(now_s)
                 and self.awaiting_metadata_epoch == NO_EPOCH)
 
-    def ready(self, now: float) -> bool:
+    def ready(self, now_s: float) -> bool:
         """No request in flight, not paused, past its backoff, and a leader known."""
-        return (not self.in_flight and not self.paused and now >= self.not_before
+        return (not self.in_flight and not self.paused and now_s >= self.not_before
                 and self.leader >= 0)
 
 
@@ -130,14 +130,14 @@ class Action(NamedTuple):
 
 def on_fetch_error(st: PartitionState, code: int, from_replica: int, log_start_offset: int,
                    high_watermark: int, auto_reset: str, validation_supported: bool,
-                   now: float) -> Action:
+                   now_s: float) -> Action:
     """A fetch for st answered code (non-zero), from broker from_replica."""
     from_follower = from_replica != st.leader
     if from_follower or code in STALE_LEADER or code == E.FENCED_LEADER_EPOCH:
         st.preferred_replica = -1  # back to the leader on any error from a follower
     if code == E.OFFSET_OUT_OF_RANGE:
         return _out_of_range(st, from_follower, log_start_offset, high_watermark, auto_reset,
-                             validation_supported, now)
+                             validation_supported, now_s)
     if code == E.FENCED_LEADER_EPOCH:
         # Our leader epoch is old: newer metadata will show the new leader, then we validate.
         st.awaiting_metadata_epoch = st.leader_epoch
@@ -158,7 +158,7 @@ def on_fetch_error(st: PartitionState, code: int, from_replica: int, log_start_o
 
 def _out_of_range(st: PartitionState, from_follower: bool, log_start_offset: int,
                   high_watermark: int, auto_reset: str, validation_supported: bool,
-                  now: float) -> Action:
+                  now_s: float) -> Action:
     offset = st.fetch_offset
     too_small = 0 <= log_start_offset and offset < log_start_offset
     if from_follower and not too_small and validation_supported and st.position_epoch >= 0:

@@ -11,7 +11,7 @@ Every rule of membership (phases, rounds, heartbeats, fencing, retries, timeouts
 machine's (client/group_member.py); this module only moves bytes and time for it:
 - requests the machine asks for (`Send`, `FindCoordinator`) each run as a task, whose answer or
   failure goes back to the machine with the machine's clock, `time.monotonic()` in ms;
-- a ticker task calls `tick()` at the machine's `next_deadline()` (heartbeats, backoffs, the
+- a ticker task calls `tick()` at the machine's `next_deadline_ms()` (heartbeats, backoffs, the
   session and max_poll_interval_ms watchdogs, commit deadlines);
 - `poll_hook()`, called by the consumer's poll(), feeds `poll()` and carries out what it answers
   inside poll(): the listener's callbacks, the consumer's new assignment (starting from committed
@@ -603,7 +603,7 @@ class GroupMember:
 
     async def _tick(self) -> None:
         while self.machine.phase is not Phase.CLOSED:
-            deadline = self.machine.next_deadline()
+            deadline = self.machine.next_deadline_ms()
             self._wake.clear()
             if deadline is not None:
                 delay_s = max(TICK_MS_MIN, deadline - now_ms()) / 1000

@@ -387,7 +387,7 @@ class MemberMachine:
         if self.failing_since_ms < 0:
             self.failing_since_ms = self.now_ms
 
-    def next_deadline(self) -> int | None:
+    def next_deadline_ms(self) -> int | None:
         """When tick() next has work (None: only events can change anything)."""
         if self.phase is P.CLOSED:
             return None

@@ -709,13 +709,13 @@ class Producer:
         assert loop is not None and acc is not None
         while True:
             self._wakeup = loop.create_future()
-            now = loop.time()
+            now_s = loop.time()
             if self.idempotent and self._identity.producer_id < 0 and self._txn is None:
                 await self._init_producer_id()
             txn = self._txn
             if txn is not None and txn.pending and txn.adding is None:
                 txn.adding = loop.create_task(self._add_partitions(txn))
-            for batch in acc.expired(now, self._delivery_timeout_s):
+            for batch in acc.expired(now_s, self._delivery_timeout_s):
                 self._fail(batch, KafkaTimeoutError(
                     f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
                     f"delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f} ms)"

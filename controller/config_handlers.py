@@ -4,8 +4,9 @@ AlterConfigs replaces a topic's own settings with the ones given; IncrementalAlt
 changes only those named: SET, DELETE (back to the default), APPEND and SUBTRACT (list settings
 only, e.g. cleanup.policy). Both validate everything before changing anything, honour
 validate_only, and refuse min.insync.replicas above the replication factor. The change is one
-TopicConfigsChanged record in the metadata log; brokers put it into force when they next ask
-for their topics' settings (within their refresh interval).
+TopicConfigsChanged record in the metadata log; the answer goes once it is durable (the
+service's commit), and the topic's new settings go to the brokers in UpdateMetadata at the same
+commit (outbox.py).
 
 The default BROKER resource (an empty name) takes dynamic cluster-wide defaults of topic
 settings under Kafka's broker names (log.retention.ms, log.segment.bytes, compression.type,

@@ -69,6 +69,11 @@ class ControllerCollector:
         for error, count in dict(self.service.answers).items():
             answers.add_metric([error], count)
         yield answers
+        requests = CounterMetricFamily("epochlog_controller_requests",
+                                       "Requests served, by API.", labels=["api"])
+        for api, count in dict(self.server.requests).items():
+            requests.add_metric([api], count)
+        yield requests
         yield CounterMetricFamily("epochlog_controller_bad_connections",
                                   "Connections closed for malformed or refused input.",
                                   value=self.server.connections_closed_for_bad_input)

@@ -75,12 +75,21 @@ class Partition:
     last_known_elr: tuple[int, ...] = ()  # ... and those that lost it by an unclean restart
 
 
+@dataclass(frozen=True)
+class TopicPolicy:
+    """The topic settings the controller's own decisions use, typed: parsed once from the
+    topic's decided settings (topic_settings.policy) whenever they change, never per decision."""
+    min_insync_replicas: int = 1  # KIP-966's ELR rule (capped at the replication factor)
+    unclean_leader_election: bool = False
+
+
 @dataclass
 class Topic:
     name: str
     topic_id: uuid.UUID
-    configs: dict[str, str]
+    configs: dict[str, str]  # the topic's own settings (overrides), as Kafka names them
     partitions: dict[int, Partition] = field(default_factory=dict)
+    policy: TopicPolicy = TopicPolicy()  # derived from configs and the cluster's defaults
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,12 @@ broker refuses older ones (see docs/control-plane.md). UpdateMetadata carries ev
 every live broker (each broker answers Metadata with the listener a request came on);
 LeaderAndIsr's live_leaders name each leader's INTERNAL endpoint when it has one, since followers
 fetch there. UpdateMetadata v7 also carries each topic's id, which brokers answer in Metadata
-v10+ (a topic being deleted is no longer known by id: it goes with the zero id). Pure functions:
+v10+ (a topic being deleted is no longer known by id: it goes with the zero id).
+
+Topic settings travel in both (epochlog's tagged field `configs` on a topic state, protocol
+notes in leader_and_isr.py): a LeaderAndIsr carries the decided settings of every topic it names,
+so a broker opens their logs with them; an UpdateMetadata carries those of the topics whose
+settings changed, a topic state with no partition states if nothing else changed. Pure functions:
 no state is read here but what the caller passes.
 """
 
@@ -16,11 +21,13 @@ from __future__ import annotations
 import uuid
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 from epochlog.protocol.apis.leader_and_isr import (
     LeaderAndIsrLiveLeader,
     LeaderAndIsrPartitionState,
     LeaderAndIsrRequest,
+    LeaderAndIsrTopicConfig,
     LeaderAndIsrTopicState,
 )
 from epochlog.protocol.apis.offset_for_leader_epoch import (
@@ -38,6 +45,7 @@ from epochlog.protocol.apis.update_metadata import (
     UpdateMetadataEndpoint,
     UpdateMetadataPartitionState,
     UpdateMetadataRequest,
+    UpdateMetadataTopicConfig,
     UpdateMetadataTopicState,
 )
 from epochlog.protocol.schema import ZERO_UUID
@@ -55,10 +63,15 @@ LaiItem = tuple[str, int, Partition, bool]
 UmItem = tuple[str, int, Partition | None, tuple[int, ...]]
 # (topic, partition index, leader epoch, delete the data)
 StopItem = tuple[str, int, int, bool]
+# topic -> its decided settings (topic_settings.decided), by Kafka's names
+Settings = Mapping[str, Mapping[str, str]]
+_Config = TypeVar("_Config", LeaderAndIsrTopicConfig, UpdateMetadataTopicConfig)
 
 
 def leader_and_isr(controller_id: int, controller_epoch: int, broker_epoch: int,
-                   items: Iterable[LaiItem], brokers: Mapping[int, Broker]) -> LeaderAndIsrRequest:
+                   items: Iterable[LaiItem], brokers: Mapping[int, Broker],
+                   settings: Settings) -> LeaderAndIsrRequest:
+    """settings: those of every topic named (a topic left out goes with none: null)."""
     by_topic: dict[str, list[LeaderAndIsrPartitionState]] = defaultdict(list)
     leaders: set[int] = set()
     for topic, index, p, is_new in items:
@@ -76,17 +89,24 @@ def leader_and_isr(controller_id: int, controller_epoch: int, broker_epoch: int,
                                                        port=port))
     return LeaderAndIsrRequest(
         controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
-        topic_states=[LeaderAndIsrTopicState(topic_name=t, partition_states=ps)
-                      for t, ps in sorted(by_topic.items())],
+        topic_states=[LeaderAndIsrTopicState(
+            topic_name=t, partition_states=ps,
+            configs=_configs(LeaderAndIsrTopicConfig, settings.get(t)))
+            for t, ps in sorted(by_topic.items())],
         live_leaders=live_leaders)
 
 
 def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int,
                     items: Iterable[UmItem], brokers: Mapping[int, Broker],
-                    topic_ids: Mapping[str, uuid.UUID] | None = None) -> UpdateMetadataRequest:
-    """topic_ids: each topic's id (v7); a topic not in it (being deleted) goes with the zero id."""
+                    topic_ids: Mapping[str, uuid.UUID] | None = None,
+                    settings: Settings | None = None) -> UpdateMetadataRequest:
+    """topic_ids: each topic's id (v7); a topic not in it (being deleted) goes with the zero id.
+    settings: the topics whose settings changed, with them (also a topic no item names)."""
     ids = topic_ids or {}
+    settings = settings or {}
     by_topic: dict[str, list[UpdateMetadataPartitionState]] = defaultdict(list)
+    for topic in settings:
+        by_topic[topic] = []
     for topic, index, p, replicas in items:
         if p is None:
             state = UpdateMetadataPartitionState(
@@ -101,10 +121,16 @@ def update_metadata(controller_id: int, controller_epoch: int, broker_epoch: int
         by_topic[topic].append(state)
     return UpdateMetadataRequest(
         controller_id=controller_id, controller_epoch=controller_epoch, broker_epoch=broker_epoch,
-        topic_states=[UpdateMetadataTopicState(topic_name=t, topic_id=ids.get(t, ZERO_UUID),
-                                               partition_states=ps)
-                      for t, ps in sorted(by_topic.items())],
+        topic_states=[UpdateMetadataTopicState(
+            topic_name=t, topic_id=ids.get(t, ZERO_UUID), partition_states=ps,
+            configs=_configs(UpdateMetadataTopicConfig, settings.get(t)))
+            for t, ps in sorted(by_topic.items())],
         live_brokers=[_um_broker(b) for _, b in sorted(brokers.items()) if b.live])
+
+
+def _configs(cls: type[_Config], settings: Mapping[str, str] | None) -> list[_Config] | None:
+    return None if settings is None else [cls(name=n, value=v)
+                                          for n, v in sorted(settings.items())]
 
 
 def offline_replicas(brokers: Mapping[int, Broker], topic: str, index: int, p: Partition

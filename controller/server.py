@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from typing import Any
 
 from epochlog.protocol.api import Api
@@ -51,6 +52,7 @@ class ControlServer:
         self.frame_bytes_max = frame_bytes_max
         self.server: asyncio.Server | None = None
         self.connections_closed_for_bad_input = 0
+        self.requests: Counter[str] = Counter()  # served, by API name (metrics)
         self._writers: set[asyncio.StreamWriter] = set()
         self._closing = False  # close() called: connections closing now are ours, not losses
 
@@ -108,6 +110,7 @@ class ControlServer:
                              f"{served.min_version}-{served.max_version})")
         _, pos = decode_request_header(request, api.request_header_version(version))
         message = api.decode_request(request, version, pos, strict=False)  # as Kafka
+        self.requests[api.name] += 1
         if served.handle is None:
             answer = api_versions_response()
         else:

@@ -55,18 +55,7 @@ class ControllerService:
                  rng: random.Random | None = None) -> None:
         self.config = config
         self.clock_ms = clock_ms
-        self.state = ControllerState(
-            controller_id=config.controller_id,
-            session_timeout_ms=config.broker_session_timeout_ms,
-            topic_defaults=config.topic_defaults(),
-            default_num_partitions=config.default_num_partitions,
-            default_replication_factor=config.default_replication_factor,
-            cluster_id=config.cluster_id, rng=rng,
-            auto_leader_rebalance_enable=config.auto_leader_rebalance_enable,
-            leader_imbalance_per_broker_percentage=config.leader_imbalance_per_broker_percentage,
-            leader_imbalance_check_interval_ms=config.leader_imbalance_check_interval_seconds
-            * 1000, connection_loss_grace_ms=config.broker_connection_loss_grace_ms,
-            unclean_recovery_timeout_ms=config.unclean_recovery_timeout_ms)
+        self.state = ControllerState(config, rng)
         self.metalog: MetadataLog | None = None
         self.senders: dict[int, BrokerSender] = {}
         self.answers: Counter[str] = Counter()  # broker answers by error name, for metrics

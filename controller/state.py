@@ -6,7 +6,8 @@ Theory of operation
 generations (broker epochs, KIP-380), topics with their partitions' replicas, leader, leader epoch,
 ISR and partition epoch. It does no I/O and never reads a clock: every method that depends on time
 takes `now_ms`, and randomness (topic ids, where assignment starts) comes from an injected
-`random.Random`. The same code runs in real processes and in a deterministic simulation.
+`random.Random`. Its settings are the controller's own `ControllerConfig`, read where they are
+needed. The same code runs in real processes and in a deterministic simulation.
 
 Deciding and applying are separate. A decision (`register_broker`, `expire_sessions`,
 `alter_partition`, `create_topic`, ...) reads the state and emits records; the state changes only
@@ -21,7 +22,9 @@ that follow from them; `take_ready()` hands both over, like etcd-raft's Ready:
 stop: the in-memory state would be ahead of the durable one.
 
 Beside this file: what the decisions must tell brokers is noted in an `Outbox`, which builds the
-control requests (outbox.py); a topic request's checks are pure functions (topic_checks.py).
+control requests (outbox.py); a topic request's checks are pure functions (topic_checks.py), and
+so is the choice of a partition's next leader and its ISR (elections.py), which the decisions
+here carry out.
 
 KIP-380 handling of broker changes: a registration from a broker id with no live generation is a
 start-up; one while the old generation is still live, from a new process (another incarnation id),
@@ -31,10 +34,10 @@ that leads a partition after its (re)registration always leads it in a new leade
 
 Connection loss: a killed broker's TCP connections close at once, long before its session would
 expire. When the connection a live generation heartbeats on closes (`connection_lost`, told by the
-service), its session deadline is brought forward to `connection_loss_grace_ms` from then (never
-pushed back): a live broker reconnects and heartbeats within it (which restores a full session);
-a dead one is failed by `expire_sessions` as if its session had expired, logged as a connection
-loss. Volatile, like every session deadline.
+service), its session deadline is brought forward to `broker_connection_loss_grace_ms` from then
+(never pushed back): a live broker reconnects and heartbeats within it (which restores a full
+session); a dead one is failed by `expire_sessions` as if its session had expired, logged as a
+connection loss. Volatile, like every session deadline.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ from typing import Any
 from epochlog.protocol.apis.broker_heartbeat import replica_dir_id
 from epochlog.protocol.error_codes import ErrorCode
 
-from . import outbox, rebalance, topic_checks, topic_settings
+from . import elections, outbox, rebalance, topic_checks, topic_settings
+from .config import ControllerConfig
 from .model import ALIVE, DEAD, NO_LEADER, SHUTTING_DOWN, Broker, Partition, Ready, Send, Topic
 from .records import (
     BrokerRegistered,
@@ -69,16 +73,6 @@ from .unclean_recovery import Recoveries
 log = logging.getLogger("epochlog.controller")
 
 TOMBSTONES_MAX = 10_000  # deleted topics remembered for full-state resyncs (volatile)
-ELECTION_PREFERRED, ELECTION_UNCLEAN = 0, 1
-# Clean elections from outside the ISR (KIP-966), by _pick_leader's source: the counter, the set
-# named in the log line, and why.
-_OUTSIDE_ISR = {
-    "elr": ("elections_from_elr", "eligible leader replicas",
-            "no live in-sync replica (the ELR holds everything committed)"),
-    "last known": ("elections_from_last_known_elr", "last known ELR",
-                   "every in-sync and eligible replica restarted uncleanly (what the new leader "
-                   "lost in its crash is lost)"),
-}
 
 E = ErrorCode
 
@@ -101,26 +95,14 @@ class HeartbeatResult:
 
 
 class ControllerState:
-    def __init__(self, *, controller_id: int = 3000, session_timeout_ms: int = 9000,
-                 topic_defaults: Mapping[str, str] | None = None,
-                 default_num_partitions: int = 1, default_replication_factor: int = -1,
-                 cluster_id: str = "epochlog", rng: random.Random | None = None,
-                 auto_leader_rebalance_enable: bool = True,
-                 leader_imbalance_per_broker_percentage: int = 10,
-                 leader_imbalance_check_interval_ms: int = 300_000,
-                 connection_loss_grace_ms: int = 500,
-                 unclean_recovery_timeout_ms: int = 5000) -> None:
-        self.controller_id = controller_id
-        self.session_timeout_ms = session_timeout_ms
-        self.connection_loss_grace_ms = connection_loss_grace_ms
-        self.topic_defaults = dict(topic_defaults or {})
-        self.default_num_partitions = default_num_partitions
-        self.default_replication_factor = default_replication_factor
-        self.cluster_id = cluster_id
+    def __init__(self, config: ControllerConfig, rng: random.Random | None = None) -> None:
+        """config: the controller's settings, read from there (so a new one is added in
+        ControllerConfig alone); rng: all the state's randomness."""
+        self.config = config
+        self.controller_id = config.controller_id
+        self.cluster_id = config.cluster_id
+        self.topic_defaults = config.topic_defaults()  # the static defaults of topic settings
         self.rng = rng or random.Random()
-        self.auto_leader_rebalance_enable = auto_leader_rebalance_enable
-        self.leader_imbalance_per_broker_percentage = leader_imbalance_per_broker_percentage
-        self.leader_imbalance_check_interval_ms = leader_imbalance_check_interval_ms
         # Durable state: changed only by apply().
         self.controller_epoch = 0
         self.next_broker_epoch = 1
@@ -137,8 +119,8 @@ class ControllerState:
         self._next_rebalance_ms: int | None = None  # set by the first rebalance_leaders call
         # KIP-966 unclean recovery (unclean_recovery.py); None: an unclean election takes the
         # first live replica at once (unclean_recovery_timeout_ms -1)
-        self.recoveries = Recoveries(unclean_recovery_timeout_ms) \
-            if unclean_recovery_timeout_ms >= 0 else None
+        self.recoveries = Recoveries(config.unclean_recovery_timeout_ms) \
+            if config.unclean_recovery_timeout_ms >= 0 else None
         # broker id -> the generation whose heartbeat connection closed and which has not
         # heartbeated since (its session deadline is the grace's end)
         self._connection_lost: dict[int, int] = {}
@@ -163,6 +145,7 @@ class ControllerState:
             case TopicCreated(name=name, topic_id=topic_id, configs=configs):
                 assert name not in self.topics, name
                 self.topics[name] = Topic(name, topic_id, dict(configs))
+                self._derive_policy(self.topics[name])
             case PartitionChanged():
                 self.topics[record.topic].partitions[record.partition] = Partition(
                     record.replicas, record.leader, record.leader_epoch, record.isr,
@@ -171,10 +154,18 @@ class ControllerState:
                 del self.topics[name]
             case TopicConfigsChanged(name=name, configs=configs):
                 self.topics[name].configs = dict(configs)
+                self._derive_policy(self.topics[name])
             case ClusterDefaultsChanged(configs=configs):
                 self.dynamic_defaults = dict(configs)
+                for topic in self.topics.values():
+                    self._derive_policy(topic)
             case _:
                 raise AssertionError(f"unknown record {record!r}")
+
+    def _derive_policy(self, topic: Topic) -> None:
+        """The typed settings decisions use, parsed once per change of the topic's settings
+        or the cluster's defaults (the one resolution: topic_settings.decided)."""
+        topic.policy = topic_settings.policy(self.decided_settings(topic.name))
 
     def replay(self, records: Sequence[Record]) -> None:
         for record in records:
@@ -213,7 +204,7 @@ class ControllerState:
         self._connection_lost.clear()
         for broker in self.brokers.values():
             if broker.live:
-                broker.session_deadline_ms = now_ms + self.session_timeout_ms
+                broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
                 self._out.full.add(broker.broker_id)
         log.info("controller %d started with controller epoch %d (%d live brokers, %d topics)",
                  self.controller_id, self.controller_epoch,
@@ -249,7 +240,7 @@ class ControllerState:
         epoch = self.next_broker_epoch
         self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
         broker = self.brokers[broker_id]
-        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         self._connection_lost.pop(broker_id, None)
         self.counters["registrations"] += 1
         log.info("broker %d registered: generation %d, rack %s, listeners %s (control requests "
@@ -262,7 +253,7 @@ class ControllerState:
         """KIP-966: a broker that did not shut down cleanly may have lost what it acknowledged
         (a crash before its page cache reached the disk, a recovery cut): it leaves the ISR and
         the ELR of its partitions, so that it leads only after catching up, and joins their
-        last known ELR, a last resort once ISR and ELR are both empty (`_pick_leader`), a
+        last known ELR, a last resort once ISR and ELR are both empty (elections.py), a
         former ISR member ahead of former ELR members."""
         self.counters["unclean_restarts"] += 1
         log.warning("broker %d restarted after an unclean shutdown (its last generation was %d, "
@@ -284,7 +275,7 @@ class ControllerState:
         broker = self._current_generation(broker_id, broker_epoch, "BrokerHeartbeat")
         if broker is None:
             return HeartbeatResult(error=E.STALE_BROKER_EPOCH)
-        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         if self._connection_lost.pop(broker_id, None) is not None:
             log.info("broker %d generation %d heartbeats again after its connection closed",
                      broker_id, broker_epoch)
@@ -338,24 +329,25 @@ class ControllerState:
                 log.log(logging.INFO if broker.state == SHUTTING_DOWN else logging.WARNING,
                         "broker %d generation %d: connection lost, no heartbeat on a new "
                         "connection within %d ms", broker.broker_id, broker.broker_epoch,
-                        self.connection_loss_grace_ms)
+                        self.config.broker_connection_loss_grace_ms)
                 self.counters["connection_loss_failures"] += 1
                 self._fail_generation(broker, "connection lost")
                 continue
             log.warning("broker %d generation %d: session expired (%d ms without heartbeat)",
-                        broker.broker_id, broker.broker_epoch, self.session_timeout_ms)
+                        broker.broker_id, broker.broker_epoch,
+                        self.config.broker_session_timeout_ms)
             self.counters["sessions_expired"] += 1
             self._fail_generation(broker, "session expired")
         return [b.broker_id for b in expired]
 
     def connection_lost(self, broker_id: int, broker_epoch: int, now_ms: int) -> bool:
         """The connection generation broker_epoch of broker_id heartbeats on closed: unless it
-        heartbeats again within connection_loss_grace_ms, expire_sessions fails it. True when
-        that shortened its session (a live generation, whose deadline was later)."""
+        heartbeats again within broker_connection_loss_grace_ms, expire_sessions fails it. True
+        when that shortened its session (a live generation, whose deadline was later)."""
         broker = self.brokers.get(broker_id)
         if broker is None or not broker.live or broker.broker_epoch != broker_epoch:
             return False
-        deadline_ms = now_ms + self.connection_loss_grace_ms
+        deadline_ms = now_ms + self.config.broker_connection_loss_grace_ms
         if deadline_ms >= broker.session_deadline_ms:
             return False
         broker.session_deadline_ms = deadline_ms
@@ -363,7 +355,7 @@ class ControllerState:
         self.counters["connection_losses"] += 1
         log.info("broker %d generation %d: its heartbeat connection closed; failed in %d ms "
                  "unless it heartbeats again", broker_id, broker_epoch,
-                 self.connection_loss_grace_ms)
+                 self.config.broker_connection_loss_grace_ms)
         return True
 
     def next_session_deadline_ms(self) -> int | None:
@@ -380,7 +372,7 @@ class ControllerState:
         broker = self._current_generation(broker_id, broker_epoch, "ControlledShutdown")
         if broker is None:
             return E.STALE_BROKER_EPOCH, []
-        broker.session_deadline_ms = now_ms + self.session_timeout_ms
+        broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         self._connection_lost.pop(broker_id, None)  # alive after all: a full session
         return 0, self._shut_down(broker)
 
@@ -445,14 +437,14 @@ class ControllerState:
             if len(p.replicas) == 1:
                 continue  # nowhere to move it; Kafka leaves such partitions out too
             if p.leader == bid:
-                new = self._pick_leader(topic.name, index, p, exclude=bid, unclean=False,
-                                        elr=False)[0]
-                if new == NO_LEADER:
+                choice = elections.at_shutdown(p, self._can_lead(topic.name, index), self._live,
+                                               bid)
+                if choice.leader == NO_LEADER:
                     if any(self._alive(r) for r in p.replicas if r != bid):
                         remaining.append((topic.name, index))
                     continue
                 self.counters["elections_clean"] += 1
-                self._change(topic, index, new, self._isr_with_leader(p, new, bid),
+                self._change(topic, index, choice.leader, choice.isr,
                              f"controlled shutdown of {bid}")
             elif bid in p.isr and len(p.isr) > 1:
                 self._change(topic, index, p.leader, _without(p.isr, bid),
@@ -466,42 +458,21 @@ class ControllerState:
         return b is not None and b.eligible
 
     # ------------------------------------------------------------------------------ elections
-    def _pick_leader(self, name: str, index: int, p: Partition, exclude: int | None,
-                     unclean: bool, elr: bool = True) -> tuple[int, str]:
-        """(leader, from where: "isr", "elr", "last known", "unclean" or "" for none): the
-        first eligible ISR member in assignment order; then (elr) the first eligible replica of
-        the ELR, which is as clean (KIP-966); when ISR and ELR are both empty because all their
-        members restarted uncleanly, the first eligible of the last known ELR (the best left:
-        nothing cleaner can return); with unclean allowed, the first eligible replica. A replica
-        whose log is offline on its broker is not eligible."""
-        for r in p.replicas:
-            if r != exclude and r in p.isr and self._eligible(r, (name, index)):
-                return r, "isr"
-        if elr:
-            for r in p.replicas:
-                if r != exclude and r in p.elr and self._eligible(r, (name, index)):
-                    return r, "elr"
-            if not p.isr and not p.elr:  # every eligible replica restarted uncleanly
-                for r in p.last_known_elr:
-                    if r != exclude and self._eligible(r, (name, index)):
-                        return r, "last known"
-        if unclean:
-            for r in p.replicas:
-                if r != exclude and self._eligible(r, (name, index)):
-                    return r, "unclean"
-        return NO_LEADER, ""
+    def _can_lead(self, name: str, index: int) -> elections.Eligible:
+        """Whether a replica of partition name-index may lead now (elections.py)."""
+        return lambda r: self._eligible(r, (name, index))
 
     def _elect(self, topic: Topic, index: int, p: Partition, reason: str, *,
                planned: bool = False, not_eligible: tuple[int, ...] = ()) -> None:
-        """Leader election after the leader failed (or for an offline partition): from the
-        ISR, else from the eligible leader replicas (KIP-966), else, if the topic allows it,
-        unclean. not_eligible: replicas that leave the ISR without joining the ELR (their log
-        lost records)."""
-        failed = p.leader if p.leader != NO_LEADER else None
-        unclean_ok = topic_settings.is_true(
-            self.topic_setting(topic, "unclean.leader.election.enable"))
-        new, source = self._pick_leader(topic.name, index, p, exclude=failed,
-                                        unclean=unclean_ok)
+        """Leader election after the leader failed (or for an offline partition), chosen by
+        elections.after_leader_loss: from the ISR, else from the eligible leader replicas
+        (KIP-966), else, if the topic allows it, unclean (through unclean recovery when it is
+        on). not_eligible: replicas that leave the ISR without joining the ELR (their log lost
+        records)."""
+        unclean_ok = topic.policy.unclean_leader_election
+        choice = elections.after_leader_loss(p, self._can_lead(topic.name, index), self._live,
+                                             unclean=unclean_ok)
+        new, source = choice.leader, choice.source
         if new == NO_LEADER:
             if p.leader == NO_LEADER and not not_eligible:
                 return  # still offline: nothing changes
@@ -510,28 +481,27 @@ class ControllerState:
                     "%s-%d is OFFLINE: no live in-sync or eligible replica (%s)", topic.name,
                     index, reason)
             self.counters["partitions_offline"] += 1
-            self._change(topic, index, NO_LEADER, p.isr, reason, not_eligible=not_eligible)
+            self._change(topic, index, NO_LEADER, choice.isr, reason, not_eligible=not_eligible)
             return
-        if source == "unclean" and self.recoveries is not None:
+        if source == elections.UNCLEAN and self.recoveries is not None:
             self._recover(topic, index, p, reason, not_eligible)
             return
-        if source == "unclean":
+        if source == elections.UNCLEAN:
             log.warning("UNCLEAN leader election for %s-%d: broker %d is not in the ISR %s; "
                         "records acknowledged by the old ISR may be lost", topic.name, index,
                         new, list(p.isr))
             self._lead_uncleanly(topic, index, new, f"UNCLEAN election: {reason}")
             return
-        if source in _OUTSIDE_ISR:
-            counter, where, why = _OUTSIDE_ISR[source]
+        if source in elections.OUTSIDE_ISR:
+            counter, where, why = elections.OUTSIDE_ISR[source]
             log.warning("%s-%d: %s; broker %d leads from the %s %s", topic.name, index, why, new,
-                        where, list(p.elr if source == "elr" else p.last_known_elr))
+                        where, list(p.elr if source == elections.FROM_ELR else p.last_known_elr))
             self.counters[counter] += 1
-            self._change(topic, index, new, (new,), f"election from the {where}: {reason}",
+            self._change(topic, index, new, choice.isr, f"election from the {where}: {reason}",
                          not_eligible=not_eligible)
             return
         self.counters["elections_clean"] += 1
-        self._change(topic, index, new, self._isr_with_leader(p, new, failed), reason,
-                     not_eligible=not_eligible)
+        self._change(topic, index, new, choice.isr, reason, not_eligible=not_eligible)
 
     # ------------------------------------------------------------------ unclean recovery
     def _recover(self, topic: Topic, index: int, p: Partition, reason: str,
@@ -583,8 +553,8 @@ class ControllerState:
         assert self.recoveries is not None
         topic = self.topics.get(key[0])
         p = topic.partitions.get(key[1]) if topic else None
-        if topic is None or p is None or p.leader != NO_LEADER or not topic_settings.is_true(
-                self.topic_setting(topic, "unclean.leader.election.enable")):
+        if topic is None or p is None or p.leader != NO_LEADER or \
+                not topic.policy.unclean_leader_election:
             self.recoveries.end(key)  # gone, led again, or no longer allowed to go unclean
             return
         recovery = self.recoveries.pending[key]
@@ -608,13 +578,9 @@ class ControllerState:
         self._change(topic, index, new, (new,), reason, elr=(), last_known_elr=())
 
     def _min_isr(self, topic: Topic, p: Partition) -> int:
-        """The topic's min.insync.replicas, at most its replication factor."""
-        setting = self.topic_setting(topic, "min.insync.replicas")
-        try:
-            wanted = int(setting) if setting is not None else 1
-        except ValueError:
-            wanted = 1
-        return max(1, min(wanted, len(p.replicas)))
+        """The topic's min.insync.replicas, at most its replication factor (Kafka's effective
+        rule, which the brokers' Partition.under_min_isr applies too)."""
+        return max(1, min(topic.policy.min_insync_replicas, len(p.replicas)))
 
     def _next_elr(self, topic: Topic, p: Partition, isr: tuple[int, ...]) -> tuple[int, ...]:
         """KIP-966: while the ISR is below min.insync.replicas, the leaders' high watermark
@@ -625,11 +591,6 @@ class ControllerState:
         kept = [r for r in p.elr if r not in isr]
         return tuple(kept + [r for r in p.isr if r not in isr and r not in kept])
 
-    def _isr_with_leader(self, p: Partition, leader: int, leaving: int | None) -> tuple[int, ...]:
-        """The ISR after `leader` takes over: members that are still live, minus `leaving`."""
-        return tuple(r for r in p.isr
-                     if r == leader or (r != leaving and self._live(r)))
-
     def elect_leader(self, topic_name: str, index: int, election_type: int
                      ) -> tuple[int, str | None]:
         """ElectLeaders for one partition: (error, message)."""
@@ -637,51 +598,49 @@ class ControllerState:
         p = topic.partitions.get(index) if topic else None
         if topic is None or p is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, "no such topic or partition"
-        if election_type == ELECTION_PREFERRED:
+        if election_type == elections.ELECTION_PREFERRED:
             return self._elect_preferred(topic, index, p, "preferred leader election (admin)")
-        if election_type == ELECTION_UNCLEAN:
+        if election_type == elections.ELECTION_UNCLEAN:
             if p.leader != NO_LEADER and self._eligible(p.leader, (topic.name, index)):
                 return E.ELECTION_NOT_NEEDED, "the partition has a live leader"
-            new, source = self._pick_leader(topic.name, index, p, exclude=None, unclean=True)
-            if new == NO_LEADER:
+            choice = elections.unclean_by_admin(p, self._can_lead(topic.name, index), self._live)
+            if choice.leader == NO_LEADER:
                 return E.ELIGIBLE_LEADERS_NOT_AVAILABLE, "no replica is alive"
-            if source == "unclean":
+            if choice.source == elections.UNCLEAN:
                 log.warning("UNCLEAN leader election for %s-%d requested by an admin: broker %d",
-                            topic.name, index, new)
-                self._lead_uncleanly(topic, index, new, "admin election")
+                            topic.name, index, choice.leader)
+                self._lead_uncleanly(topic, index, choice.leader, "admin election")
             else:
                 self.counters["elections_clean"] += 1
-                self._change(topic, index, new, (new,) if source == "elr" else
-                             self._isr_with_leader(p, new, None), "admin election")
+                self._change(topic, index, choice.leader, choice.isr, "admin election")
             return 0, None
         return E.INVALID_REQUEST, f"unknown election type {election_type}"
 
     def _elect_preferred(self, topic: Topic, index: int, p: Partition, reason: str
                          ) -> tuple[int, str | None]:
         """Hand leadership to the first replica of the assignment, if it is alive and in the
-        ISR (so nothing committed can be lost); the ISR stays as it is."""
-        preferred = p.replicas[0]
-        if p.leader == preferred:
-            return E.ELECTION_NOT_NEEDED, "the preferred replica already leads"
-        if preferred not in p.isr or not self._eligible(preferred, (topic.name, index)):
-            return E.PREFERRED_LEADER_NOT_AVAILABLE, \
-                f"preferred replica {preferred} is not alive and in the ISR"
+        ISR (elections.preferred_refusal); the ISR stays as it is."""
+        error, message = elections.preferred_refusal(p, self._can_lead(topic.name, index))
+        if error:
+            return error, message
         self.counters["elections_preferred"] += 1
-        self._change(topic, index, preferred, p.isr, reason)
+        self._change(topic, index, p.replicas[0], p.isr, reason)
         return 0, None
 
     def rebalance_leaders(self, now_ms: int) -> list[tuple[str, int]]:
         """Kafka's auto leader rebalance (rebalance.py), at most once per check interval (the
         first check one interval after the first call). The partitions whose leadership moved
         back to their preferred replica."""
-        if not self.auto_leader_rebalance_enable:
+        if not self.config.auto_leader_rebalance_enable:
             return []
+        interval_ms = self.config.leader_imbalance_check_interval_seconds * 1000
         if self._next_rebalance_ms is None:
-            self._next_rebalance_ms = now_ms + self.leader_imbalance_check_interval_ms
+            self._next_rebalance_ms = now_ms + interval_ms
         if now_ms < self._next_rebalance_ms:
             return []
-        self._next_rebalance_ms = now_ms + self.leader_imbalance_check_interval_ms
-        over = rebalance.over_threshold(self.topics, self.leader_imbalance_per_broker_percentage)
+        self._next_rebalance_ms = now_ms + interval_ms
+        percentage = self.config.leader_imbalance_per_broker_percentage
+        over = rebalance.over_threshold(self.topics, percentage)
         moved = []
         for name, index in rebalance.candidates(self.topics, set(over)):
             topic = self.topics[name]
@@ -690,7 +649,7 @@ class ControllerState:
             error, _ = self._elect_preferred(
                 topic, index, p, f"leader rebalance: broker {p.replicas[0]} leads "
                 f"{total - not_led} of the {total} partitions it is preferred for, imbalance "
-                f"above {self.leader_imbalance_per_broker_percentage}%")
+                f"above {percentage}%")
             if error == 0:
                 moved.append((name, index))
         if moved:
@@ -753,10 +712,11 @@ class ControllerState:
         return 0
 
     # -------------------------------------------------------------------------------- topics
-    def topic_setting(self, topic: Topic, name: str) -> str | None:
-        if name in topic.configs:
-            return topic.configs[name]
-        return self.dynamic_defaults.get(name, self.topic_defaults.get(name))
+    def decided_settings(self, name: str) -> dict[str, str]:
+        """The settings the controller decides for topic `name`, which its control requests
+        carry to brokers (topic_settings.decided; outbox.py)."""
+        return topic_settings.decided(self.topics[name].configs, self.topic_defaults,
+                                      self.dynamic_defaults)
 
     def create_topic(self, name: str, num_partitions: int, replication_factor: int,
                      assignments: Mapping[int, Sequence[int]] | None,
@@ -800,8 +760,7 @@ class ControllerState:
     def alter_topic_configs(self, name: str, configs: Mapping[str, str | None],
                             validate_only: bool = False) -> tuple[int, str | None]:
         """Replace a topic's own settings with configs (a null value: back to the default);
-        (0, None) or (error, why). The brokers put the change into force when they next ask
-        (within their refresh interval)."""
+        (0, None) or (error, why). The change goes to the brokers in UpdateMetadata."""
         topic = self.topics.get(name)
         if topic is None:
             return E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}"
@@ -815,23 +774,32 @@ class ControllerState:
             return E.INVALID_CONFIG, too_many
         if validate_only or overrides == topic.configs:
             return 0, None
+        before = {name: self.decided_settings(name)}
         self._emit(TopicConfigsChanged(name, overrides))
+        self._settings_changed(before)
         log.info("topic %s: settings changed to %s", name, overrides or "the defaults")
         return 0, None
 
     def alter_cluster_defaults(self, configs: Mapping[str, str | None],
                                validate_only: bool = False) -> tuple[int, str | None]:
         """Replace the dynamic cluster-wide defaults (by topic setting name; a null value: none)
-        with configs; (0, None) or (error, why). Topics without their own value follow them
-        (brokers put them into force when they next ask)."""
+        with configs; (0, None) or (error, why). Topics without their own value follow them: the
+        brokers learn their new settings in UpdateMetadata."""
         bad, defaults = topic_settings.check(configs)
         if bad is not None:
             return E.INVALID_CONFIG, bad
         if validate_only or defaults == self.dynamic_defaults:
             return 0, None
+        before = {name: self.decided_settings(name) for name in self.topics}
         self._emit(ClusterDefaultsChanged(defaults))
+        self._settings_changed(before)
         log.info("dynamic cluster defaults changed to %s", defaults or "none")
         return 0, None
+
+    def _settings_changed(self, before: Mapping[str, Mapping[str, str]]) -> None:
+        """The topics of `before` whose decided settings now differ go to the brokers."""
+        self._out.settings.update(name for name, was in before.items()
+                                  if self.decided_settings(name) != was)
 
     def _add_partition(self, topic: Topic, index: int, replicas: Sequence[int]) -> None:
         live = tuple(r for r in replicas if self._eligible(r))
@@ -848,9 +816,9 @@ class ControllerState:
         num.partitions and default.replication.factor; unset, min(3, eligible brokers))."""
         eligible = [(b.broker_id, b.rack) for b in self.brokers.values() if b.eligible]
         if num_partitions == -1:
-            num_partitions = self.default_num_partitions
+            num_partitions = self.config.default_num_partitions
         if replication_factor == -1:
-            replication_factor = self.default_replication_factor
+            replication_factor = self.config.default_replication_factor
             if replication_factor == -1:
                 replication_factor = min(3, len(eligible))
         return topic_checks.auto_assignment(eligible, num_partitions, replication_factor,
@@ -889,6 +857,7 @@ class ControllerState:
             return E.UNKNOWN_TOPIC_OR_PARTITION
         parts = sorted(topic.partitions.items())
         self._emit(TopicDeleted(topic_name))
+        self._out.settings.discard(topic_name)
         for index, p in parts:
             self._out.deleted[(topic_name, index)] = p.replicas
             self._out.leader_and_isr.pop((topic_name, index), None)

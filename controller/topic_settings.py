@@ -4,7 +4,9 @@ names, with Kafka's types, defaults, bounds and allowed values.
 A topic stores only the settings it was created or altered with (overrides); the rest follow
 the cluster's defaults (`ControllerConfig.topic_defaults`, which the brokers apply too) or,
 below those, Kafka's own defaults, as in Kafka. Values travel and are stored as strings, Kafka's
-way; `check` refuses a bad one with a message naming it and what was expected.
+way; `check` refuses a bad one with a message naming it and what was expected. `effective`
+resolves a topic's settings, for DescribeConfigs and, through `decided`, for the control requests
+that carry them to brokers: the one place where that precedence is written.
 
 `acted_on` says whether epochlog changes its behaviour for a setting. The others (tiered storage,
 replication throttles, preallocation, down-conversion, ...) are accepted, validated, stored and
@@ -15,6 +17,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .model import TopicPolicy
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -213,8 +217,23 @@ def is_true(value: str | None) -> bool:
     return value is not None and value.lower() == "true"
 
 
+def policy(decided_settings: Mapping[str, str]) -> TopicPolicy:
+    """The settings the controller acts on, typed, from a topic's decided settings (values
+    `check` accepted, so they parse; a value that does not keeps Kafka's default)."""
+    try:
+        min_isr = max(1, int(decided_settings.get("min.insync.replicas", "1")))
+    except ValueError:
+        min_isr = 1
+    return TopicPolicy(min_insync_replicas=min_isr, unclean_leader_election=is_true(
+        decided_settings.get("unclean.leader.election.enable")))
+
+
 # Kafka's DescribeConfigs config_source numbers.
 SOURCE_TOPIC, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 3, 4, 5
+# What the controller decides for a topic, and pushes to its brokers (`decided`): the topic's own
+# value, the cluster's dynamic default, the cluster's static default. Kafka's defaults
+# (DEFAULT_CONFIG) are left to each broker's own settings, as Kafka's brokers do.
+DECIDED_SOURCES = frozenset({SOURCE_TOPIC, SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC_BROKER})
 
 # Kafka's broker setting -> the topic setting it is the default of (log.retention.ms ->
 # retention.ms): the names a dynamic cluster-wide default is set under.
@@ -253,3 +272,11 @@ def effective(overrides: Mapping[str, str], cluster_defaults: Mapping[str, str],
         chain.append((broker_name, spec.default, SOURCE_DEFAULT))
         out.append(Effective(name, chain[0][1], chain[0][2], tuple(chain)))
     return out
+
+
+def decided(overrides: Mapping[str, str], cluster_defaults: Mapping[str, str],
+            dynamic_defaults: Mapping[str, str] | None = None) -> dict[str, str]:
+    """A topic's settings as the controller decides them (`effective`'s, from DECIDED_SOURCES),
+    by name: what its control requests carry to brokers, which resolve nothing themselves."""
+    return {e.name: e.value for e in effective(overrides, cluster_defaults, dynamic_defaults)
+            if e.source in DECIDED_SOURCES}

@@ -19,43 +19,22 @@ from __future__ import annotations
 
 import http.client
 import json
-from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Literal
+from typing import Any
+
+import msgspec
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.request_hooks import Action as Action
+from epochlog.protocol.request_hooks import Hook as Hook
 
 REQUEST_HOOKS_SETTING = "request_hooks_listen"  # the broker setting that switches hooks on
 CONTROL_TIMEOUT_S = 10.0
 ANSWER_BYTES_MAX = 1 << 20
 
-Action = Literal["drop", "delay", "error"]
-
-
 class HookError(RuntimeError):
     """The broker refused the hook (the message says why) or has no hooks at that address."""
-
-
-@dataclass(frozen=True)
-class Hook:
-    id: int
-    api: str  # Kafka's name of the API
-    api_key: int
-    action: Action
-    times: int
-    remaining: int
-    fired: int
-    delay_ms: int
-    error: str | None
-    error_code: int
-    client_id: str | None
-
-    def describe(self) -> str:
-        what = {"drop": "drop", "delay": f"delay by {self.delay_ms} ms",
-                "error": f"answer {self.error}"}[self.action]
-        who = f" from client {self.client_id!r}" if self.client_id is not None else ""
-        return f"{what} the next {self.times} {self.api} request(s){who}"
 
 
 def install_hook(address: str, api: ApiKey | int | str, action: Action, *, times: int = 1,
@@ -71,12 +50,12 @@ def install_hook(address: str, api: ApiKey | int | str, action: Action, *, times
         spec["error"] = _name(error)
     if client_id is not None:
         spec["client_id"] = client_id
-    return Hook(**_request(address, "POST", json.dumps(spec).encode(), timeout_s))
+    return msgspec.convert(_request(address, "POST", json.dumps(spec).encode(), timeout_s), Hook)
 
 
 def list_hooks(address: str, timeout_s: float = CONTROL_TIMEOUT_S) -> list[Hook]:
     """Every hook installed on the broker, in order, with how often each has fired."""
-    return [Hook(**h) for h in _request(address, "GET", b"", timeout_s)]
+    return msgspec.convert(_request(address, "GET", b"", timeout_s), list[Hook])
 
 
 def clear_hooks(address: str, timeout_s: float = CONTROL_TIMEOUT_S) -> int:

@@ -94,6 +94,24 @@ def port_span() -> tuple[int, int]:
     return _worker_share(10000, low - 1)
 
 
+def free_port_base(offsets: Iterable[int] = (0, 1, 2, 100), tries_max: int = 50) -> int:
+    """A base P with P + each offset free on 127.0.0.1 now, below the ephemeral range, in this
+    process's share (`epochlog cluster up --port-base P` takes P, P+1, P+2 for three brokers and
+    P+100 for the controller)."""
+    start, end = port_span()
+    reach = max(offsets)
+    for _ in range(tries_max):
+        base = random.randrange(start, end - reach)
+        try:
+            for offset in offsets:
+                with socket.socket() as s:
+                    s.bind((LOOPBACK, base + offset))
+            return base
+        except OSError:
+            continue
+    raise RuntimeError(f"no free run of ports for offsets {sorted(offsets)} in {start}-{end}")
+
+
 def free_port(host: str = LOOPBACK) -> int:
     """A port nobody listens on now, outside the kernel's ephemeral range, not handed out before.
 

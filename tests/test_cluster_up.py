@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import re
 import signal
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,26 +19,11 @@ from typing import Any
 import pytest
 
 from epochlog.testing import netns
-from epochlog.testing.network import port_span
+from epochlog.testing.network import free_port_base
 from epochlog.testing.nodes import epochlog_command
 from epochlog.testing.processes import Process, process_state
 
 WAIT_S = 60.0
-
-
-def free_port_base() -> int:
-    """A base P with P, P+1, P+2 and P+100 all free on 127.0.0.1."""
-    for _ in range(50):
-        start, end = port_span()  # below the kernel's ephemeral range, this worker's share
-        base = random.randrange(start, end - 100)
-        try:
-            for port in (base, base + 1, base + 2, base + 100):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError("no free port range")
 
 
 class ClusterUp(Process):

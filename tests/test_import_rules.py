@@ -48,7 +48,8 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
     ("app", frozenset({"app"})),
     ("server", frozenset({"server", "request_hooks", "metrics"})),
     ("handlers", frozenset({"handlers"})),
-    ("coordinators", frozenset({"groups", "txn", "internal_topics", "isr_task", "parts"})),
+    ("coordinators", frozenset({"groups", "txn", "internal_topics", "isr_task", "parts",
+                               "coordinator_shards", "coordinator_driver"})),
     ("replication", frozenset({
         "replicas", "partition", "isr", "follower", "fetcher", "replication_wait", "purgatory",
         "fetch_sessions", "read_path", "replica_selector", "controller_link", "topic_configs",
@@ -235,6 +236,34 @@ def test_the_broker_reads_as_one_stack() -> None:
     graph = import_graph("epochlog.broker", package_dirs()["epochlog.broker"])
     bad = arrows_up("epochlog.broker", graph, BROKER_FLOORS)
     assert not bad, "the broker's floors are crossed upwards:\n" + "\n".join(bad)
+
+
+# The broker's sans-IO machines (STYLE.md 3, docs/design.md): no event loop, no clock, no socket.
+# Their asyncio shells (groups/coordinator.py, txn/coordinator.py, coordinator_driver.py;
+# controller_link.py, app.py, fetcher.py, isr_task.py, handlers/fetch.py) and the simulations
+# drive the same code.
+SANS_IO = ("coordinator_shards.py", "groups/core.py", "groups/state.py", "groups/txn_offsets.py",
+           "txn/core.py", "txn/state.py", "txn/markers_left.py", "controller_session.py",
+           "control_hold.py", "source_fetchers.py", "isr_schedule.py", "fetch_wait.py")
+NOT_IN_SANS_IO = frozenset({"asyncio", "socket", "selectors", "time", "threading"})
+
+
+def io_imports(folder: Path, package: str, files: tuple[str, ...]) -> list[str]:
+    bad: list[str] = []
+    for rel in files:
+        module = ".".join([package, *Path(rel).with_suffix("").parts])
+        bad += [f"{rel}:{line} imports {target}"
+                for line, target in imports_of(folder / rel, module, False)
+                if target.split(".")[0] in NOT_IN_SANS_IO]
+    return bad
+
+
+def test_the_coordinators_machines_do_no_io(tmp_path: Path) -> None:
+    bad = io_imports(package_dirs()["epochlog.broker"], "epochlog.broker", SANS_IO)
+    assert not bad, "a sans-IO machine imports I/O or a clock:\n" + "\n".join(bad)
+    (tmp_path / "core.py").write_text("def later():\n    import asyncio\n")
+    assert io_imports(tmp_path, "epochlog.broker", ("core.py",)) == [
+        "core.py:2 imports asyncio"]  # the check can fail
 
 
 def test_every_package_has_a_rule() -> None:

@@ -14,14 +14,15 @@ A group is in one of five states; a transition not in `PREVIOUS` is a bug and st
     Stable              the leader's assignment is stored; members heartbeat
     Dead                the group is unloaded (this broker stopped coordinating it)
 
-Nothing here does I/O or reads a clock. Requests that must wait (JoinGroup, SyncGroup) come with a
-`token` chosen by the caller; every method returns a list of effects:
+Nothing here does I/O or reads a clock: time comes in as `now_ms`. Requests that must wait
+(JoinGroup, SyncGroup) come with a `token` chosen by the caller; every method returns a list of
+actions (`Action`):
 - `Reply(token, result)`: answer that parked request now;
 - `Store(...)`: append the group's metadata record (its `snapshot`) to the offsets log, then call
-  `stored(store, error, now)`, which returns more effects. The leader's SyncGroup and a static
+  `stored(now_ms, store, error)`, which returns more actions. The leader's SyncGroup and a static
   member taking its old place in a Stable group wait for their store, as in Kafka.
-`tick(now)` runs the timers (session expiry, join phase end, sync deadline, pending member ids);
-`next_deadline()` tells the driver when to call it next.
+`tick(now_ms)` runs the timers (session expiry, join phase end, sync deadline, pending member ids);
+`next_deadline_ms()` tells the driver when to call it next.
 
 Kafka's rules kept here: new dynamic members on JoinGroup v4+ first get MEMBER_ID_REQUIRED with
 their id (they are "pending" until they rejoin with it, within their session timeout); protocol
@@ -161,7 +162,7 @@ class Store:
     new_member_id: str = ""
 
 
-Effect = Reply | Store
+Action = Reply | Store
 
 
 @dataclass(frozen=True)
@@ -255,14 +256,14 @@ class Group:
         return f"Group({self.group_id}, {self.state.value}, generation {self.generation})"
 
     # ------------------------------------------------------------------------- transitions
-    def _transition(self, new: GroupState, now: int) -> None:
+    def _transition(self, new: GroupState, now_ms: int) -> None:
         if self.state not in PREVIOUS[new]:
             raise AssertionError(f"group {self.group_id}: {self.state.value} -> {new.value} is "
                                  "not a valid transition")
         log.info("group %s: %s -> %s (generation %d, %d members)", self.group_id,
                  self.state.value, new.value, self.generation, len(self.members))
         self.state = new
-        self.state_timestamp_ms = now
+        self.state_timestamp_ms = now_ms
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states
@@ -279,18 +280,18 @@ class Group:
                 for m in self.members.values()))
 
     @classmethod
-    def from_snapshot(cls, snap: GroupSnapshot, settings: GroupSettings, now: int,
+    def from_snapshot(cls, snap: GroupSnapshot, settings: GroupSettings, now_ms: int,
                       new_member_id: Callable[[str], str] = random_member_id) -> Group:
         """A group as its last metadata record left it: Empty without members, else Stable
         (members keep their assignment and heartbeat on; a missing one expires)."""
         group = cls(snap.group_id, settings, new_member_id, generation=snap.generation,
                     protocol_type=snap.protocol_type or None, protocol_name=snap.protocol_name,
-                    leader_id=snap.leader, state_timestamp_ms=now)
+                    leader_id=snap.leader, state_timestamp_ms=now_ms)
         for m in snap.members:
             member = Member(m.member_id, m.group_instance_id, m.client_id, m.client_host,
                             m.session_timeout_ms, m.rebalance_timeout_ms, snap.protocol_type,
                             ((snap.protocol_name or "", m.subscription),), m.assignment,
-                            heartbeat_deadline_ms=now + m.session_timeout_ms)
+                            heartbeat_deadline_ms=now_ms + m.session_timeout_ms)
             group.members[m.member_id] = member
             if m.group_instance_id is not None:
                 group.static_members[m.group_instance_id] = m.member_id
@@ -319,7 +320,7 @@ class Group:
                 topics |= consumer_subscription_topics(meta)
         return topics
 
-    def next_deadline(self) -> int | None:
+    def next_deadline_ms(self) -> int | None:
         deadlines = [m.heartbeat_deadline_ms for m in self.members.values()
                      if m.join_token is None and m.sync_token is None]
         deadlines += self.pending_members.values()
@@ -337,7 +338,7 @@ class Group:
         return registered is not None and registered != member_id
 
     # ------------------------------------------------------------------------------- joining
-    def join(self, now: int, req: JoinRequest, token: int) -> list[Effect]:
+    def join(self, now_ms: int, req: JoinRequest, token: int) -> list[Action]:
         """JoinGroup, after the coordinator checked the group id and that it coordinates it."""
         if self.state is GroupState.DEAD:
             return [self._join_error(token, E.COORDINATOR_NOT_AVAILABLE)]
@@ -347,8 +348,8 @@ class Group:
         if not req.protocol_type or not req.protocols or not self._supports(req):
             return [self._join_error(token, E.INCONSISTENT_GROUP_PROTOCOL, req.member_id)]
         if not req.member_id:
-            return self._join_unknown(now, req, token)
-        return self._join_known(now, req, token)
+            return self._join_unknown(now_ms, req, token)
+        return self._join_known(now_ms, req, token)
 
     def _supports(self, req: JoinRequest) -> bool:
         """Kafka's supportsProtocols: an empty group takes any; otherwise the same type and a
@@ -361,61 +362,61 @@ class Group:
         common = set.intersection(*(set(m.protocol_names()) for m in others))
         return any(name in common for name, _ in req.protocols)
 
-    def _join_unknown(self, now: int, req: JoinRequest, token: int) -> list[Effect]:
+    def _join_unknown(self, now_ms: int, req: JoinRequest, token: int) -> list[Action]:
         if req.group_instance_id is not None:
             known = self.static_members.get(req.group_instance_id)
             new_id = self.new_member_id(req.group_instance_id)
             if known is not None:
-                return self._replace_static(now, req, known, new_id, token)
-            return self._add_and_rebalance(now, req, new_id, token)
+                return self._replace_static(now_ms, req, known, new_id, token)
+            return self._add_and_rebalance(now_ms, req, new_id, token)
         new_id = self.new_member_id(req.client_id or "member")
         if req.require_known_member_id:
-            self.pending_members[new_id] = now + req.session_timeout_ms
+            self.pending_members[new_id] = now_ms + req.session_timeout_ms
             return [self._join_error(token, E.MEMBER_ID_REQUIRED, new_id)]
-        return self._add_and_rebalance(now, req, new_id, token)
+        return self._add_and_rebalance(now_ms, req, new_id, token)
 
-    def _join_known(self, now: int, req: JoinRequest, token: int) -> list[Effect]:
+    def _join_known(self, now_ms: int, req: JoinRequest, token: int) -> list[Action]:
         mid = req.member_id
         if mid in self.pending_members:
             del self.pending_members[mid]
-            return self._add_and_rebalance(now, req, mid, token)
+            return self._add_and_rebalance(now_ms, req, mid, token)
         if self._fenced(mid, req.group_instance_id):
             return [self._join_error(token, E.FENCED_INSTANCE_ID, mid)]
         member = self.members.get(mid)
         if member is None or self.is_(S.EMPTY):
             return [self._join_error(token, E.UNKNOWN_MEMBER_ID, mid)]
-        effects = self._park_join(member, token)
+        actions = self._park_join(member, token)
         if self.state is S.PREPARING_REBALANCE:
             member.update(req)
-            return effects + self._maybe_complete_join(now)
+            return actions + self._maybe_complete_join(now_ms)
         if self.state is S.COMPLETING_REBALANCE:
             if member.protocols == req.protocols:
                 member.join_token = None
-                return effects + [Reply(token, self._join_result(member))]
+                return actions + [Reply(token, self._join_result(member))]
             member.update(req)
-            return effects + self._prepare_rebalance(now, f"member {mid} changed its protocols")
+            return actions + self._prepare_rebalance(now_ms, f"member {mid} changed its protocols")
         # Stable
         if member.member_id == self.leader_id or member.protocols != req.protocols:
             member.update(req)
             why = ("the leader rejoined" if member.member_id == self.leader_id
                    else f"member {mid} changed its protocols")
-            return effects + self._prepare_rebalance(now, why)
+            return actions + self._prepare_rebalance(now_ms, why)
         member.join_token = None
-        member.heartbeat_deadline_ms = now + member.session_timeout_ms
-        return effects + [Reply(token, self._join_result(member))]
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        return actions + [Reply(token, self._join_result(member))]
 
-    def _park_join(self, member: Member, token: int) -> list[Effect]:
+    def _park_join(self, member: Member, token: int) -> list[Action]:
         """Park a join; a join already parked for that member (a retry) is answered."""
         old, member.join_token = member.join_token, token
         return [] if old is None else [self._join_error(old, E.REBALANCE_IN_PROGRESS,
                                                         member.member_id)]
 
-    def _add_and_rebalance(self, now: int, req: JoinRequest, member_id: str,
-                           token: int) -> list[Effect]:
+    def _add_and_rebalance(self, now_ms: int, req: JoinRequest, member_id: str,
+                           token: int) -> list[Action]:
         member = Member(member_id, req.group_instance_id, req.client_id, req.client_host,
                         req.session_timeout_ms, req.rebalance_timeout_ms, req.protocol_type,
                         req.protocols, join_token=token,
-                        heartbeat_deadline_ms=now + req.session_timeout_ms)
+                        heartbeat_deadline_ms=now_ms + req.session_timeout_ms)
         self.members[member_id] = member
         if req.group_instance_id is not None:
             self.static_members[req.group_instance_id] = member_id
@@ -423,23 +424,23 @@ class Group:
             self.protocol_type = req.protocol_type
         if self.state is S.PREPARING_REBALANCE:
             self.new_member_added = True
-            return self._maybe_complete_join(now)
+            return self._maybe_complete_join(now_ms)
         return self._prepare_rebalance(
-            now, f"member {member_id} joined (client {req.client_id}, protocols "
+            now_ms, f"member {member_id} joined (client {req.client_id}, protocols "
                  f"{','.join(member.protocol_names())}, instance {req.group_instance_id})")
 
-    def _replace_static(self, now: int, req: JoinRequest, old_id: str, new_id: str,
-                        token: int) -> list[Effect]:
+    def _replace_static(self, now_ms: int, req: JoinRequest, old_id: str, new_id: str,
+                        token: int) -> list[Action]:
         """A static member's new process: it takes the old member id's place (fenced)."""
         old = self.members.pop(old_id)
-        effects: list[Effect] = []
+        actions: list[Action] = []
         if old.join_token is not None:
-            effects.append(self._join_error(old.join_token, E.FENCED_INSTANCE_ID, old_id))
+            actions.append(self._join_error(old.join_token, E.FENCED_INSTANCE_ID, old_id))
         if old.sync_token is not None:
-            effects.append(Reply(old.sync_token, SyncResult(E.FENCED_INSTANCE_ID)))
+            actions.append(Reply(old.sync_token, SyncResult(E.FENCED_INSTANCE_ID)))
         old.join_token = old.sync_token = None
         old.member_id = new_id
-        old.heartbeat_deadline_ms = now + req.session_timeout_ms
+        old.heartbeat_deadline_ms = now_ms + req.session_timeout_ms
         self.members[new_id] = old
         self.static_members[req.group_instance_id or ""] = new_id
         if self.leader_id == old_id:
@@ -451,14 +452,14 @@ class Group:
         if self.state is S.STABLE:
             if self._select_protocol() == self.protocol_name:
                 # No rebalance: the join is answered once the new member id is stored.
-                return effects + [Store("static", self.snapshot(now), self.generation, token,
+                return actions + [Store("static", self.snapshot(now_ms), self.generation, token,
                                         old_id, new_id)]
-            return effects + self._prepare_rebalance(
-                now, f"static member {req.group_instance_id} changed the selected protocol")
+            return actions + self._prepare_rebalance(
+                now_ms, f"static member {req.group_instance_id} changed the selected protocol")
         if self.state is S.COMPLETING_REBALANCE:
-            return effects + self._prepare_rebalance(
-                now, f"static member {req.group_instance_id} rejoined during the sync")
-        return effects + self._maybe_complete_join(now)  # PreparingRebalance
+            return actions + self._prepare_rebalance(
+                now_ms, f"static member {req.group_instance_id} rejoined during the sync")
+        return actions + self._maybe_complete_join(now_ms)  # PreparingRebalance
 
     def _join_error(self, token: int, error: int, member_id: str = "") -> Reply:
         return Reply(token, JoinResult(error, member_id=member_id,
@@ -474,10 +475,10 @@ class Group:
                           member.member_id, members)
 
     # ---------------------------------------------------------------------------- rebalance
-    def _prepare_rebalance(self, now: int, why: str) -> list[Effect]:
-        effects: list[Effect] = []
+    def _prepare_rebalance(self, now_ms: int, why: str) -> list[Action]:
+        actions: list[Action] = []
         if self.state is S.COMPLETING_REBALANCE:
-            effects += self._fail_syncs(E.REBALANCE_IN_PROGRESS)
+            actions += self._fail_syncs(E.REBALANCE_IN_PROGRESS)
         self.sync_deadline_ms = None
         self.storing_generation = None
         rebalance_ms = max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -487,33 +488,33 @@ class Group:
             self.new_member_added = False
             first = min(delay, rebalance_ms)
             self.initial_delay_left_ms = max(rebalance_ms - first, 0)
-            self.join_deadline_ms = now + first
+            self.join_deadline_ms = now_ms + first
         else:
             self.initial_delay = False
-            self.join_deadline_ms = now + rebalance_ms
+            self.join_deadline_ms = now_ms + rebalance_ms
         log.info("group %s: preparing to rebalance at generation %d: %s", self.group_id,
                  self.generation, why)
-        self._transition(S.PREPARING_REBALANCE, now)
-        return effects + self._maybe_complete_join(now)
+        self._transition(S.PREPARING_REBALANCE, now_ms)
+        return actions + self._maybe_complete_join(now_ms)
 
     def _all_joined(self) -> bool:
         return (not self.pending_members
                 and all(m.join_token is not None for m in self.members.values()))
 
-    def _maybe_complete_join(self, now: int) -> list[Effect]:
+    def _maybe_complete_join(self, now_ms: int) -> list[Action]:
         if self.state is not S.PREPARING_REBALANCE or self.initial_delay:
             return []
         if self._all_joined():
-            return self._complete_join(now)
+            return self._complete_join(now_ms)
         return []
 
-    def _complete_join(self, now: int) -> list[Effect]:
+    def _complete_join(self, now_ms: int) -> list[Action]:
         """Kafka's onCompleteJoin: drop who did not rejoin, start the next generation."""
-        effects: list[Effect] = []
+        actions: list[Action] = []
         for member in [m for m in self.members.values() if m.join_token is None]:
             log.info("group %s: member %s did not rejoin in time: removed", self.group_id,
                      member.member_id)
-            effects += self._remove(member.member_id, E.UNKNOWN_MEMBER_ID)
+            actions += self._remove(member.member_id, E.UNKNOWN_MEMBER_ID)
         self.pending_members.clear()
         self.join_deadline_ms = None
         self.initial_delay = False
@@ -521,21 +522,21 @@ class Group:
         if not self.members:
             self.protocol_name = None
             self.leader_id = None
-            self._transition(S.EMPTY, now)
-            return effects + [Store("empty", self.snapshot(now), self.generation)]
+            self._transition(S.EMPTY, now_ms)
+            return actions + [Store("empty", self.snapshot(now_ms), self.generation)]
         self.protocol_name = self._select_protocol()
         if self.leader_id not in self.members:
             self.leader_id = next(iter(self.members))
-        self._transition(S.COMPLETING_REBALANCE, now)
+        self._transition(S.COMPLETING_REBALANCE, now_ms)
         sync_ms = max(m.rebalance_timeout_ms for m in self.members.values())
-        self.sync_deadline_ms = now + sync_ms
+        self.sync_deadline_ms = now_ms + sync_ms
         for member in self.members.values():
             assert member.join_token is not None
-            effects.append(Reply(member.join_token, self._join_result(member)))
+            actions.append(Reply(member.join_token, self._join_result(member)))
             member.join_token = None
             member.assignment = b""
-            member.heartbeat_deadline_ms = now + member.session_timeout_ms
-        return effects
+            member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
+        return actions
 
     def _select_protocol(self) -> str | None:
         """Kafka's selectProtocol: of the protocols every member supports, the one most members
@@ -553,9 +554,9 @@ class Group:
         return max(order, key=lambda p: votes[p])
 
     # ------------------------------------------------------------------------------- syncing
-    def sync(self, now: int, generation: int, member_id: str, instance_id: str | None,
+    def sync(self, now_ms: int, generation: int, member_id: str, instance_id: str | None,
              protocol_type: str | None, protocol_name: str | None,
-             assignments: Sequence[tuple[str, bytes]], token: int) -> list[Effect]:
+             assignments: Sequence[tuple[str, bytes]], token: int) -> list[Action]:
         if self.state is S.DEAD:
             return [Reply(token, SyncResult(E.COORDINATOR_NOT_AVAILABLE))]
         if self._fenced(member_id, instance_id):
@@ -570,45 +571,45 @@ class Group:
             return [Reply(token, SyncResult(E.INCONSISTENT_GROUP_PROTOCOL))]
         if self.state is S.PREPARING_REBALANCE:
             return [Reply(token, SyncResult(E.REBALANCE_IN_PROGRESS))]
-        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         if self.state is S.STABLE:
             return [Reply(token, self._sync_result(member))]
-        effects: list[Effect] = []
+        actions: list[Action] = []
         if member.sync_token is not None:  # a retry: the earlier one is answered
-            effects.append(Reply(member.sync_token, SyncResult(E.REBALANCE_IN_PROGRESS)))
+            actions.append(Reply(member.sync_token, SyncResult(E.REBALANCE_IN_PROGRESS)))
         member.sync_token = token
         if member_id == self.leader_id and self.storing_generation is None:
             given = dict(assignments)
             for m in self.members.values():
                 m.assignment = given.get(m.member_id, b"")
             self.storing_generation = self.generation
-            effects.append(Store("sync", self.snapshot(now), self.generation))
-        return effects
+            actions.append(Store("sync", self.snapshot(now_ms), self.generation))
+        return actions
 
     def _sync_result(self, member: Member) -> SyncResult:
         return SyncResult(0, self.protocol_type, self.protocol_name, member.assignment)
 
-    def _fail_syncs(self, error: int) -> list[Effect]:
-        effects: list[Effect] = []
+    def _fail_syncs(self, error: int) -> list[Action]:
+        actions: list[Action] = []
         for m in self.members.values():
             if m.sync_token is not None:
-                effects.append(Reply(m.sync_token, SyncResult(error)))
+                actions.append(Reply(m.sync_token, SyncResult(error)))
                 m.sync_token = None
             m.assignment = b""
-        return effects
+        return actions
 
-    def stored(self, now: int, store: Store, error: int) -> list[Effect]:
+    def stored(self, now_ms: int, store: Store, error: int) -> list[Action]:
         """The metadata record of `store` was replicated (error 0) or could not be."""
         if store.reason == "sync":
-            return self._sync_stored(now, store, error)
+            return self._sync_stored(now_ms, store, error)
         if store.reason == "static":
-            return self._static_stored(now, store, error)
+            return self._static_stored(now_ms, store, error)
         if error:
             log.warning("group %s: storing the empty group failed (error %d)", self.group_id,
                         error)
         return []
 
-    def _sync_stored(self, now: int, store: Store, error: int) -> list[Effect]:
+    def _sync_stored(self, now_ms: int, store: Store, error: int) -> list[Action]:
         if (self.state is not S.COMPLETING_REBALANCE or self.generation != store.generation
                 or self.storing_generation != store.generation):
             return []  # the group moved on meanwhile
@@ -617,17 +618,17 @@ class Group:
             log.warning("group %s: storing generation %d failed (error %d): rebalancing",
                         self.group_id, store.generation, error)
             failed = self._fail_syncs(error)
-            return failed + self._prepare_rebalance(now, "storing the assignment failed")
+            return failed + self._prepare_rebalance(now_ms, "storing the assignment failed")
         self.sync_deadline_ms = None
-        self._transition(S.STABLE, now)
-        effects: list[Effect] = []
+        self._transition(S.STABLE, now_ms)
+        actions: list[Action] = []
         for m in self.members.values():
             if m.sync_token is not None:
-                effects.append(Reply(m.sync_token, self._sync_result(m)))
+                actions.append(Reply(m.sync_token, self._sync_result(m)))
                 m.sync_token = None
-        return effects
+        return actions
 
-    def _static_stored(self, now: int, store: Store, error: int) -> list[Effect]:
+    def _static_stored(self, now_ms: int, store: Store, error: int) -> list[Action]:
         member = self.members.get(store.new_member_id)
         if member is None or member.join_token != store.token:
             return []  # replaced or removed meanwhile
@@ -643,7 +644,7 @@ class Group:
                 self.leader_id = store.old_member_id
             return [self._join_error(store.token, error)]
         if self.state is not S.STABLE:
-            return self._park_join(member, store.token) + self._maybe_complete_join(now)
+            return self._park_join(member, store.token) + self._maybe_complete_join(now_ms)
         # The old leader id is given back so that no member believes it must assign again.
         leader = store.old_member_id if self.leader_id == store.new_member_id else None
         result = self._join_result(member, leader_override=leader)
@@ -652,7 +653,7 @@ class Group:
                                               member.member_id))]
 
     # --------------------------------------------------------------------------- heartbeats
-    def heartbeat(self, now: int, generation: int, member_id: str,
+    def heartbeat(self, now_ms: int, generation: int, member_id: str,
                   instance_id: str | None) -> int:
         if self.state is S.DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
@@ -663,12 +664,12 @@ class Group:
             return E.UNKNOWN_MEMBER_ID
         if generation != self.generation:
             return E.ILLEGAL_GENERATION
-        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         if self.state is S.PREPARING_REBALANCE:
             return E.REBALANCE_IN_PROGRESS
         return 0
 
-    def commit_error(self, now: int, generation: int, member_id: str,
+    def commit_error(self, now_ms: int, generation: int, member_id: str,
                      instance_id: str | None) -> int:
         """Kafka's order of checks for an OffsetCommit (0: it may go ahead): the member, then
         its generation, and only a member of the current generation hears
@@ -688,7 +689,7 @@ class Group:
             return E.ILLEGAL_GENERATION
         if self.state is S.COMPLETING_REBALANCE:
             return E.REBALANCE_IN_PROGRESS
-        member.heartbeat_deadline_ms = now + member.session_timeout_ms
+        member.heartbeat_deadline_ms = now_ms + member.session_timeout_ms
         return 0
 
     def apply_offset(self, tp: TopicPartition, committed: CommittedOffset | None,
@@ -703,11 +704,11 @@ class Group:
             self.offsets[tp] = committed
 
     # ------------------------------------------------------------------------------ leaving
-    def leave(self, now: int, leaving: Sequence[tuple[str, str | None]]
-              ) -> tuple[list[int], list[Effect]]:
-        """LeaveGroup: per (member id, instance id) an error code, and the effects."""
+    def leave(self, now_ms: int, leaving: Sequence[tuple[str, str | None]]
+              ) -> tuple[list[int], list[Action]]:
+        """LeaveGroup: per (member id, instance id) an error code, and the actions."""
         errors: list[int] = []
-        effects: list[Effect] = []
+        actions: list[Action] = []
         removed = False
         for member_id, instance_id in leaving:
             if self.state is S.DEAD:
@@ -731,89 +732,89 @@ class Group:
                 errors.append(E.UNKNOWN_MEMBER_ID)
                 continue
             log.info("group %s: member %s left", self.group_id, member_id)
-            effects += self._remove(member_id, E.UNKNOWN_MEMBER_ID)
+            actions += self._remove(member_id, E.UNKNOWN_MEMBER_ID)
             errors.append(0)
             removed = True
         if removed:
-            effects += self._after_removal(now, "members left")
-        return errors, effects
+            actions += self._after_removal(now_ms, "members left")
+        return errors, actions
 
-    def _remove(self, member_id: str, error: int) -> list[Effect]:
+    def _remove(self, member_id: str, error: int) -> list[Action]:
         member = self.members.pop(member_id)
         if member.group_instance_id is not None and \
                 self.static_members.get(member.group_instance_id) == member_id:
             del self.static_members[member.group_instance_id]
-        effects: list[Effect] = []
+        actions: list[Action] = []
         if member.join_token is not None:
-            effects.append(self._join_error(member.join_token, error, member_id))
+            actions.append(self._join_error(member.join_token, error, member_id))
         if member.sync_token is not None:
-            effects.append(Reply(member.sync_token, SyncResult(error)))
-        return effects
+            actions.append(Reply(member.sync_token, SyncResult(error)))
+        return actions
 
-    def _after_removal(self, now: int, why: str) -> list[Effect]:
+    def _after_removal(self, now_ms: int, why: str) -> list[Action]:
         if self.state in (S.STABLE, S.COMPLETING_REBALANCE):
-            return self._prepare_rebalance(now, why)
+            return self._prepare_rebalance(now_ms, why)
         if self.state is S.PREPARING_REBALANCE:
-            return self._maybe_complete_join(now)
+            return self._maybe_complete_join(now_ms)
         return []
 
     # ------------------------------------------------------------------------------- timers
-    def tick(self, now: int) -> list[Effect]:
-        effects: list[Effect] = []
+    def tick(self, now_ms: int) -> list[Action]:
+        actions: list[Action] = []
         for mid, deadline in list(self.pending_members.items()):
-            if deadline <= now:
+            if deadline <= now_ms:
                 del self.pending_members[mid]
                 log.info("group %s: pending member %s did not rejoin: forgotten",
                          self.group_id, mid)
-                effects += self._maybe_complete_join(now)
+                actions += self._maybe_complete_join(now_ms)
         expired = [m.member_id for m in self.members.values()
                    if m.join_token is None and m.sync_token is None
-                   and m.heartbeat_deadline_ms <= now]
+                   and m.heartbeat_deadline_ms <= now_ms]
         for mid in expired:
             if mid in self.members:
                 log.info("group %s: member %s's session expired: removed", self.group_id, mid)
-                effects += self._remove(mid, E.UNKNOWN_MEMBER_ID)
+                actions += self._remove(mid, E.UNKNOWN_MEMBER_ID)
         if expired:
-            effects += self._after_removal(now, f"sessions of {len(expired)} members expired")
-        if self.join_deadline_ms is not None and self.join_deadline_ms <= now \
+            actions += self._after_removal(now_ms, f"sessions of {len(expired)} members expired")
+        if self.join_deadline_ms is not None and self.join_deadline_ms <= now_ms \
                 and self.state is S.PREPARING_REBALANCE:
-            effects += self._join_deadline(now)
-        if (self.sync_deadline_ms is not None and self.sync_deadline_ms <= now
+            actions += self._join_deadline(now_ms)
+        if (self.sync_deadline_ms is not None and self.sync_deadline_ms <= now_ms
                 and self.state is S.COMPLETING_REBALANCE and self.storing_generation is None):
-            effects += self._sync_deadline(now)
-        return effects
+            actions += self._sync_deadline(now_ms)
+        return actions
 
-    def _join_deadline(self, now: int) -> list[Effect]:
+    def _join_deadline(self, now_ms: int) -> list[Action]:
         if self.initial_delay and self.new_member_added and self.initial_delay_left_ms > 0:
             step = min(self.settings.initial_rebalance_delay_ms, self.initial_delay_left_ms)
             self.initial_delay_left_ms -= step
             self.new_member_added = False
-            self.join_deadline_ms = now + step
+            self.join_deadline_ms = now_ms + step
             return []
         self.initial_delay = False
-        return self._complete_join(now)
+        return self._complete_join(now_ms)
 
-    def _sync_deadline(self, now: int) -> list[Effect]:
+    def _sync_deadline(self, now_ms: int) -> list[Action]:
         """The leader did not send the assignment in time: members that did not sync are
         removed and the group rebalances (Kafka's pending-sync expiry)."""
         self.sync_deadline_ms = None
         late = [m.member_id for m in self.members.values() if m.sync_token is None]
-        effects: list[Effect] = []
+        actions: list[Action] = []
         for mid in late:
             log.info("group %s: member %s did not sync in time: removed", self.group_id, mid)
-            effects += self._remove(mid, E.UNKNOWN_MEMBER_ID)
-        return effects + self._prepare_rebalance(now, "the sync phase timed out")
+            actions += self._remove(mid, E.UNKNOWN_MEMBER_ID)
+        return actions + self._prepare_rebalance(now_ms, "the sync phase timed out")
 
     # ------------------------------------------------------------------------------- unload
-    def unload(self, error: int) -> list[Effect]:
+    def unload(self, error: int) -> list[Action]:
         """This broker stops coordinating the group: every parked request gets `error`."""
-        effects: list[Effect] = []
+        actions: list[Action] = []
         for m in self.members.values():
             if m.join_token is not None:
-                effects.append(self._join_error(m.join_token, error, m.member_id))
+                actions.append(self._join_error(m.join_token, error, m.member_id))
             if m.sync_token is not None:
-                effects.append(Reply(m.sync_token, SyncResult(error)))
+                actions.append(Reply(m.sync_token, SyncResult(error)))
             m.join_token = m.sync_token = None
         self.state = GroupState.DEAD
         self.join_deadline_ms = self.sync_deadline_ms = None
-        return effects
+        return actions

@@ -1,8 +1,9 @@
 """AlterConfigs (key 33), versions 0-2: relayed unchanged to the controller.
 
 v1 only changes throttling; v2 is flexible. The controller replaces a topic's settings
-(controller/config_handlers.py); this broker, like the others, puts them into force when it next
-asks for its topics' settings. BROKER resources are refused there: no dynamic broker configs.
+(controller/config_handlers.py), which answers once the change is durable and pushes the topic's
+new settings to the brokers in UpdateMetadata (handlers/update_metadata.py). Of BROKER resources
+it takes only the default one (cluster-wide defaults of topic settings) and refuses the others.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """IncrementalAlterConfigs (key 44), versions 0-1: relayed unchanged to the controller.
 
 v1 is flexible. SET, DELETE, APPEND and SUBTRACT on topic settings, decided by the controller
-(controller/config_handlers.py); brokers put the result into force when they next ask.
+(controller/config_handlers.py), which answers once the change is durable and pushes the topic's
+new settings to the brokers in UpdateMetadata (handlers/update_metadata.py).
 """
 
 from __future__ import annotations

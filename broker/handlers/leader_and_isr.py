@@ -10,12 +10,14 @@ an older broker epoch is STALE_BROKER_EPOCH, so the first LeaderAndIsr a restart
 processes can never be one sent before it started; an older controller epoch is
 STALE_CONTROLLER_EPOCH; either way nothing is applied.
 
-Before fencing, the settings of topics this request makes us open are fetched from the
-controller (replicas.ReplicaManager.load_topic_settings, bounded), so their logs are created with
-them; fencing and applying then run with no await between. Each partition state is applied when
-newer (replicas.ReplicaManager.apply_partition_state; not newer: per-partition
-STALE_CONTROLLER_EPOCH). The first LeaderAndIsr of a generation from a
+An admitted request is applied (`apply`) with no await between fencing and applying. First the
+settings of its topics, which every topic state carries (epochlog's tagged field `configs`,
+protocol/apis/leader_and_isr.py; replicas.ReplicaManager.take_topic_settings), so the logs it
+opens are created with them and a change reaches the partitions open here; then each partition
+state, applied when newer (replicas.ReplicaManager.apply_partition_state; not newer:
+per-partition STALE_CONTROLLER_EPOCH). The first LeaderAndIsr of a generation from a
 controller epoch lists every partition placed here: local partitions it leaves out are deleted.
+The deterministic simulation's broker (tests/sim) calls `apply` too.
 """
 
 from __future__ import annotations
@@ -30,36 +32,31 @@ from epochlog.protocol.apis.leader_and_isr import (
     LeaderAndIsrResponse,
 )
 
-from ..controller_link import ControllerLinkClosed
 from ..partition import PartitionState
 from . import register
-from ._context import controller_of, replicas_of
-from ._control import admitted
+from ._context import replicas_of
+from ._control import admitted, carried_settings
 
 if TYPE_CHECKING:
-    from ._context import RequestContext
+    from ._context import BrokerApp, RequestContext
 
 log = logging.getLogger("epochlog.broker")
 
 
 async def handle(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse | None:
     app = ctx.app
-    if not await app.control_request_ready("LeaderAndIsr"):
+    error = await admitted(app, "LeaderAndIsr", request)
+    if error is None:
         return None  # no generation to judge it against: unanswered, the controller resends
-    # Settings first: fencing and applying must see the same epochs, with no await between.
-    try:
-        await replicas_of(app).load_topic_settings(
-            [((t.topic_name, ps.partition_index), ps.is_new)
-             for t in request.topic_states for ps in t.partition_states],
-            controller_of(app).forward)
-    except ControllerLinkClosed:
-        return None  # stopping: nothing is opened any more, and nothing answered
-    error = await admitted(app, "LeaderAndIsr", request)  # again: our generation may have
-    if error is None:                                     # ended while settings were fetched
-        return None
     if error:
         return LeaderAndIsrResponse(error_code=error)
+    return apply(app, request)
+
+
+def apply(app: BrokerApp, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+    """An admitted LeaderAndIsr: its topics' settings, then its partition states."""
     replicas = replicas_of(app)
+    replicas.take_topic_settings(carried_settings(request.topic_states))
     errors, listed = [], []
     for topic in request.topic_states:
         for ps in topic.partition_states:

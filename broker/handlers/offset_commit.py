@@ -24,30 +24,18 @@ from epochlog.protocol.apis.offset_commit import (
     OffsetCommitResponsePartition,
     OffsetCommitResponseTopic,
 )
-from epochlog.protocol.error_codes import ErrorCode
 
-from ..groups.coordinator import OffsetToCommit
 from . import register
-from ._context import groups_of
-from ._groups import instance_id
+from ._groups import commit_offsets, instance_id
 
 if TYPE_CHECKING:
     from ._context import RequestContext
 
 
 async def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
-    v = ctx.version
-    offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
-                              p.committed_leader_epoch if v >= 6 else -1,
-                              p.committed_metadata or "")
-               for t in request.topics for p in t.partitions]
-    errors: dict[tuple[str, int], int]
-    if not request.group_id:
-        errors = {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID for o in offsets}
-    else:
-        errors = await groups_of(ctx.app).commit(
-            request.group_id, request.generation_id_or_member_epoch, request.member_id,
-            instance_id(ctx, request.group_instance_id, 7), offsets)
+    errors = await commit_offsets(ctx, request.group_id, request.topics, 6,
+                                  request.generation_id_or_member_epoch, request.member_id,
+                                  instance_id(ctx, request.group_instance_id, 7))
     return OffsetCommitResponse(topics=[
         OffsetCommitResponseTopic(name=t.name, partitions=[
             OffsetCommitResponsePartition(partition_index=p.partition_index,

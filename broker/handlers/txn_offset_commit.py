@@ -21,12 +21,9 @@ from epochlog.protocol.apis.txn_offset_commit import (
     TxnOffsetCommitResponsePartition,
     TxnOffsetCommitResponseTopic,
 )
-from epochlog.protocol.error_codes import ErrorCode
 
-from ..groups.coordinator import OffsetToCommit
 from . import register
-from ._context import groups_of
-from ._groups import instance_id
+from ._groups import commit_offsets, instance_id
 from ._txn import fenced_as
 
 if TYPE_CHECKING:
@@ -36,19 +33,11 @@ if TYPE_CHECKING:
 async def handle(ctx: RequestContext, request: TxnOffsetCommitRequest
                  ) -> TxnOffsetCommitResponse:
     v = ctx.version
-    offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
-                              p.committed_leader_epoch if v >= 2 else -1,
-                              p.committed_metadata or "")
-               for t in request.topics for p in t.partitions]
-    errors: dict[tuple[str, int], int]
-    if not request.group_id:
-        errors = {(o.topic, o.partition): ErrorCode.INVALID_GROUP_ID for o in offsets}
-    else:
-        errors = await groups_of(ctx.app).commit(
-            request.group_id, request.generation_id if v >= 3 else -1,
-            request.member_id if v >= 3 else "",
-            instance_id(ctx, request.group_instance_id, 3), offsets,
-            producer=(request.producer_id, request.producer_epoch))
+    errors = await commit_offsets(ctx, request.group_id, request.topics, 2,
+                                  request.generation_id if v >= 3 else -1,
+                                  request.member_id if v >= 3 else "",
+                                  instance_id(ctx, request.group_instance_id, 3),
+                                  producer=(request.producer_id, request.producer_epoch))
     return TxnOffsetCommitResponse(topics=[
         TxnOffsetCommitResponseTopic(name=t.name, partitions=[
             TxnOffsetCommitResponsePartition(

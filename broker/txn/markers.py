@@ -2,13 +2,11 @@
 written to every partition of a transaction (WriteTxnMarkers to each partition's leader,
 handlers/write_txn_markers.py), retried until each partition holds its marker.
 
-A partition is done when its leader answers NONE, or when it answers INVALID_PRODUCER_EPOCH (a
-marker of a later producer epoch is already there: this one has nothing left to close), or when
-the topic is gone from the metadata (deleted; Kafka drops it too). TRANSACTION_COORDINATOR_FENCED
-means a newer coordinator wrote there: this one stops, its shard is stale. Everything else (no
-leader yet, a leader that moved, too few replicas, a timeout, a lost connection) is tried again,
-backing off from RETRY_FIRST_MS to RETRY_MAX_MS, for as long as the coordinator still leads the
-transaction's state partition (`still_leading`); a WARNING says so now and then.
+The rules are markers_left.py's (sans-IO: which partitions are done, a newer coordinator's marker
+stopping us, the backoff between rounds, the WARNING now and then); this module moves them over
+the wire: each round, one request to each leader of the partitions left, all at once, for as
+long as the coordinator still leads the transaction's state partition (`still_leading`). A
+partition whose topic is gone from the metadata (deleted) is done too (Kafka drops it as well).
 
 Leaders are reached at their INTERNAL listener, as follower fetchers reach theirs, one connection
 per broker (ourselves included: a partition we lead gets its marker the same way).
@@ -23,25 +21,17 @@ from typing import TYPE_CHECKING
 
 from epochlog.client.connection import Connection, NoCommonVersion
 from epochlog.protocol.api_keys import ApiKey
-from epochlog.protocol.apis.write_txn_markers import (
-    WritableTxnMarker,
-    WritableTxnMarkerTopic,
-    WriteTxnMarkersRequest,
-)
-from epochlog.protocol.error_codes import ErrorCode
+from epochlog.protocol.apis.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from epochlog.protocol.registry import APIS
 
 from ..config import INTERNAL_LISTENER
+from .markers_left import MarkersLeft
 
 if TYPE_CHECKING:
     from ..metadata_cache import MetadataCache
 
 log = logging.getLogger("epochlog.broker")
-E = ErrorCode
 
-RETRY_FIRST_MS = 50
-RETRY_MAX_MS = 1000
-WARN_EVERY_ATTEMPTS = 60
 REQUEST_TIMEOUT_MS = 40_000  # above the leader's own wait for replication (30 s)
 _API = APIS[ApiKey.WRITE_TXN_MARKERS]
 
@@ -64,25 +54,19 @@ class MarkerWriter:
                     still_leading: Callable[[], bool]) -> bool:
         """Write the markers; True once every partition is done, False if the coordinator
         stopped leading first. CoordinatorFenced if a newer coordinator wrote there."""
-        left = set(partitions)
-        delay_ms, attempts = RETRY_FIRST_MS, 0
-        while left:
+        markers = MarkersLeft(transactional_id, producer_id, producer_epoch, commit,
+                              coordinator_epoch, partitions)
+        while markers.left:
             if not still_leading():
                 return False
-            sends = [self._send(leader_id, tps, producer_id, producer_epoch, commit,
-                                coordinator_epoch)
-                     for leader_id, tps in self._by_leader(left).items()]
-            for done in await asyncio.gather(*sends):  # every leader at once
-                left -= done
-            if not left:
-                break
-            attempts += 1
-            if attempts % WARN_EVERY_ATTEMPTS == 0:
-                log.warning("transactional id %s: %s markers still missing on %s after %d "
-                            "attempts", transactional_id, "COMMIT" if commit else "ABORT",
-                            sorted(left), attempts)
-            await asyncio.sleep(delay_ms / 1000)
-            delay_ms = min(delay_ms * 2, RETRY_MAX_MS)
+            sends = [self._send(leader_id, markers.request(tps))
+                     for leader_id, tps in self._by_leader(markers.left).items()]
+            for answer in await asyncio.gather(*sends):  # every leader at once
+                markers.answered(answer)
+            if markers.fenced is not None:
+                raise CoordinatorFenced(markers.fenced)
+            if markers.left:
+                await asyncio.sleep(markers.retry_after_ms() / 1000)
         return True
 
     def _by_leader(self, left: set[TopicPartition]) -> dict[int, list[TopicPartition]]:
@@ -98,38 +82,20 @@ class MarkerWriter:
                 out.setdefault(info.leader, []).append(tp)
         return out
 
-    async def _send(self, leader_id: int, tps: list[TopicPartition], producer_id: int,
-                    producer_epoch: int, commit: bool, coordinator_epoch: int
-                    ) -> set[TopicPartition]:
-        """The partitions that are done after one WriteTxnMarkers to leader_id."""
-        by_topic: dict[str, list[int]] = {}
-        for topic, index in tps:
-            by_topic.setdefault(topic, []).append(index)
-        request = WriteTxnMarkersRequest(markers=[WritableTxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
-            topics=[WritableTxnMarkerTopic(name=t, partition_indexes=ps)
-                    for t, ps in by_topic.items()])])
+    async def _send(self, leader_id: int, request: WriteTxnMarkersRequest
+                    ) -> WriteTxnMarkersResponse | None:
+        """One WriteTxnMarkers to leader_id: its answer, or None if none came."""
         try:
             conn = await self._connection(leader_id)
             if conn is None:
-                return set()
-            answer = await conn.request(_API, conn.version_for(_API), request)
+                return None
+            answer: WriteTxnMarkersResponse = await conn.request(
+                _API, conn.version_for(_API), request)
         except (OSError, TimeoutError, NoCommonVersion) as exc:
             log.info("WriteTxnMarkers to broker %d failed: %s", leader_id, exc)
             await self._drop(leader_id)
-            return set()
-        done: set[TopicPartition] = set()
-        for result in answer.markers:
-            for topic in result.topics:
-                for p in topic.partitions:
-                    tp = (topic.name, p.partition_index)
-                    if p.error_code in (0, E.INVALID_PRODUCER_EPOCH):
-                        done.add(tp)
-                    elif p.error_code == E.TRANSACTION_COORDINATOR_FENCED:
-                        raise CoordinatorFenced(f"{tp[0]}-{tp[1]}: a newer coordinator's "
-                                                "marker is there")
-        return done
+            return None
+        return answer
 
     async def _connection(self, broker_id: int) -> Connection | None:
         async with self._connecting:

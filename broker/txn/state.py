@@ -8,16 +8,21 @@ Theory of operation (KIP-98; Kafka's transaction protocol version 1):
   durable, applies with `written()` (or drops with `write_failed()`) before answering. While a
   transition is being written the id is busy: every other request gets CONCURRENT_TRANSACTIONS
   (retriable), as Kafka's pending state does.
-- States and their moves, with Kafka's numbers (log_records.Status):
-      Empty --AddPartitions--> Ongoing --EndTxn(commit)--> PrepareCommit --markers--> CompleteCommit
-                                       --EndTxn(abort)---> PrepareAbort  --markers--> CompleteAbort
+- States and their moves are a table, `PREVIOUS` (Kafka's TransactionState.validPreviousStates,
+  for the states we write): a transition from a state not listed for the new one is a bug and
+  stops the process, checked at every move (`_begin`, where a transition is decided, before
+  anything is written). Kafka's numbers are log_records.Status.
+      Empty    --AddPartitions-->         Ongoing
+      Ongoing  --EndTxn(commit)-->        PrepareCommit --markers--> CompleteCommit
+      Ongoing  --EndTxn(abort)-->         PrepareAbort  --markers--> CompleteAbort
       Empty/Complete* --InitProducerId--> Empty (epoch + 1)
-      Ongoing --InitProducerId, or the timeout--> PrepareAbort (epoch + 1: the old producer is
-                fenced, then its transaction is aborted)
+      Ongoing  --InitProducerId, or the timeout--> PrepareAbort (epoch + 1: the old producer is
+               fenced, then its transaction is aborted)
   After a Prepare* state is written the caller sends the COMMIT or ABORT markers to the
   transaction's partitions (WriteTxnMarkers) and then writes `markers_written()`'s Complete*.
   A new coordinator loading the log finds ids left in Prepare* (`unfinished()`) and finishes
-  them the same way: the two-phase commit survives the coordinator's death.
+  them the same way: the two-phase commit survives the coordinator's death. Loading is not a
+  move: the log says what each id is.
 - Fencing, as the partition leader fences stale leader epochs (seeds 000, 001): a request naming
   another producer id than the id's gets INVALID_PRODUCER_ID_MAPPING, an older producer epoch
   PRODUCER_FENCED. InitProducerId bumps the epoch; at Kafka's last epoch (32766) the id gets a
@@ -37,6 +42,19 @@ EPOCH_MAX = 32766  # Kafka's Short.MAX_VALUE - 1: past it, a new producer id
 DEFAULT_TIMEOUT_MAX_MS = 900_000  # transaction.max.timeout.ms
 PREPARED = (Status.PREPARE_COMMIT, Status.PREPARE_ABORT)
 COMPLETED = (Status.COMPLETE_COMMIT, Status.COMPLETE_ABORT)
+S = Status
+# New state -> the states it may be entered from (Kafka's validPreviousStates; Dead and
+# PrepareEpochFence are Kafka's and never written here: an expiry writes a tombstone instead).
+PREVIOUS: dict[Status, frozenset[Status]] = {
+    S.EMPTY: frozenset({S.EMPTY, *COMPLETED}),
+    S.ONGOING: frozenset({S.ONGOING, S.EMPTY, *COMPLETED}),
+    S.PREPARE_COMMIT: frozenset({S.ONGOING}),
+    S.PREPARE_ABORT: frozenset({S.ONGOING, S.PREPARE_EPOCH_FENCE}),
+    S.COMPLETE_COMMIT: frozenset({S.PREPARE_COMMIT}),
+    S.COMPLETE_ABORT: frozenset({S.PREPARE_ABORT}),
+    S.DEAD: frozenset({S.EMPTY, *COMPLETED}),
+    S.PREPARE_EPOCH_FENCE: frozenset({S.ONGOING}),
+}
 
 
 @dataclass
@@ -226,5 +244,10 @@ class TxnState:
     @staticmethod
     def _begin(m: TxnMetadata, entry: TxnLogEntry, producer_id: int = -1,
                producer_epoch: int = -1) -> Answer:
+        """A transition decided: checked against `PREVIOUS`, then the id is busy until it is
+        written (or fails)."""
+        if m.status not in PREVIOUS[entry.status]:
+            raise AssertionError(f"transactional id {m.transactional_id}: {m.status.kafka_name} "
+                                 f"-> {entry.status.kafka_name} is not a valid transition")
         m.pending = entry
         return Answer(0, entry, producer_id, producer_epoch)

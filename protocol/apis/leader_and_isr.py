@@ -5,6 +5,11 @@ removing_replicas; v4 is flexible. `partition_epoch` is the field Kafka's ZooKee
 calls ZkVersion: the version of the partition's leader-and-ISR state, which a leader hands back in
 AlterPartition. A broker refuses an older broker_epoch with STALE_BROKER_EPOCH and an older
 controller_epoch with STALE_CONTROLLER_EPOCH.
+
+epochlog's extension: from v4 each topic state may carry `configs`, the topic's settings as the
+controller decided them (its own values and the cluster's dynamic and static defaults, by Kafka's
+names), as tagged field TOPIC_CONFIGS_TAG; null (absent) says nothing about them. Kafka's schema
+has no such field; only epochlog's controller sends this request, and only to epochlog brokers.
 """
 
 from typing import Annotated
@@ -12,6 +17,10 @@ from typing import Annotated
 from ..api import Api
 from ..api_keys import ApiKey
 from ..schema import Message, V, i16, i32, i64
+
+# Tag number of epochlog's topic settings field, here and in UpdateMetadata (update_metadata.py).
+# High on purpose, as KIP-359's in produce.py: Kafka assigns its own tags upwards from 0.
+TOPIC_CONFIGS_TAG = 1000
 
 
 class LeaderAndIsrPartitionState(Message):
@@ -27,9 +36,17 @@ class LeaderAndIsrPartitionState(Message):
     is_new: bool = False
 
 
+class LeaderAndIsrTopicConfig(Message):
+    name: str = ""
+    value: str = ""
+
+
 class LeaderAndIsrTopicState(Message):
     topic_name: str = ""
     partition_states: list[LeaderAndIsrPartitionState] = []
+    # epochlog: the topic's decided settings; null (absent): not said.
+    configs: Annotated[list[LeaderAndIsrTopicConfig] | None,
+                       V("4+", nullable="4+", tag=TOPIC_CONFIGS_TAG, tagged="4+")] = None
 
 
 class LeaderAndIsrLiveLeader(Message):

@@ -172,7 +172,7 @@ def test_settings_act_and_alterations_reach_the_brokers(cluster: Any) -> None:
     create(admin, "large", {})
     assert _error(produce(bootstrap, "large", b"x" * 5000)) is None
 
-    # Altered at the controller, in force on the leader within its refresh interval.
+    # Altered at the controller, in force on the leader once its UpdateMetadata is applied.
     resource = ConfigResource(ConfigResource.Type.TOPIC, "large", incremental_configs=[
         ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET),
         ConfigEntry("cleanup.policy", "compact", incremental_operation=AlterConfigOpType.APPEND)])

@@ -15,7 +15,7 @@ from epochlog.broker.txn.log_records import (
     txn_key,
     txn_value,
 )
-from epochlog.broker.txn.state import EPOCH_MAX, Answer, TxnState
+from epochlog.broker.txn.state import EPOCH_MAX, PREVIOUS, Answer, TxnState
 from epochlog.protocol.error_codes import ErrorCode as E
 
 TIMEOUT_MS = 60_000
@@ -245,3 +245,53 @@ def test_adding_no_partitions_opens_no_transaction() -> None:
     answer = s.add_partitions("t", pid, epoch, [], 2)
     assert (answer.error, answer.write) == (0, None)
     assert s.ids["t"].status is Status.EMPTY
+
+
+def _in(status: Status) -> tuple[TxnState, int, int]:
+    """A machine holding id "t" in status (as a load from the log leaves it)."""
+    s = coordinator()
+    partitions = frozenset({("a", 0)}) if status is not Status.EMPTY else frozenset()
+    s.load("t", TxnLogEntry(7, 3, TIMEOUT_MS, status, partitions, 1, 1))
+    return s, 7, 3
+
+
+REQUESTS = {
+    "init": lambda s, pid, e: s.init_producer_id("t", TIMEOUT_MS, 2),
+    "add": lambda s, pid, e: s.add_partitions("t", pid, e, [("b", 1)], 2),
+    "commit": lambda s, pid, e: s.end_txn("t", pid, e, True, 2),
+    "abort": lambda s, pid, e: s.end_txn("t", pid, e, False, 2),
+    "markers": lambda s, pid, e: s.markers_written("t", 2),
+    "timeout": lambda s, pid, e: s.abort_timed_out("t", 2),
+}
+
+
+@pytest.mark.parametrize("status", list(Status))
+@pytest.mark.parametrize("request_name", sorted(REQUESTS))
+def test_every_move_the_machine_makes_is_in_the_table(status: Status,
+                                                      request_name: str) -> None:
+    """Whatever state an id is in, a request either is refused or moves it along PREVIOUS (the
+    check in _begin would raise otherwise); and the moves made are the documented ones."""
+    s, pid, epoch = _in(status)
+    answer = REQUESTS[request_name](s, pid, epoch)
+    if answer.write is not None:
+        assert status in PREVIOUS[answer.write.status]
+        assert (status.kafka_name, request_name, answer.write.status.kafka_name) in MOVES
+
+
+MOVES = {
+    ("Empty", "init", "Empty"), ("CompleteCommit", "init", "Empty"),
+    ("CompleteAbort", "init", "Empty"), ("Ongoing", "init", "PrepareAbort"),
+    ("Empty", "add", "Ongoing"), ("Ongoing", "add", "Ongoing"),
+    ("CompleteCommit", "add", "Ongoing"), ("CompleteAbort", "add", "Ongoing"),
+    ("Ongoing", "commit", "PrepareCommit"), ("Ongoing", "abort", "PrepareAbort"),
+    ("PrepareCommit", "markers", "CompleteCommit"), ("PrepareAbort", "markers", "CompleteAbort"),
+    ("Ongoing", "timeout", "PrepareAbort"),
+}
+
+
+def test_a_move_not_in_the_table_is_a_bug() -> None:
+    s, _, _ = _in(Status.COMPLETE_COMMIT)
+    m = s.ids["t"]
+    with pytest.raises(AssertionError, match="CompleteCommit -> PrepareCommit"):
+        TxnState._begin(m, TxnLogEntry(7, 3, TIMEOUT_MS, Status.PREPARE_COMMIT, frozenset(), 2, 1))
+    assert m.pending is None  # nothing is written for it

@@ -34,10 +34,10 @@ def fill(acc: Accumulator, batches: int) -> None:
         assert acc.append(pq, None, b"%089d" % i, None, 1000, lambda: 0.0) is not None
 
 
-def drain_all(acc: Accumulator, now: float = 1.0) -> list[Batch]:
+def drain_all(acc: Accumulator, now_s: float = 1.0) -> list[Batch]:
     out: list[Batch] = []
     while True:
-        by_node, _ = acc.drain(now, lambda tp: (1, 5), lambda node: True)
+        by_node, _ = acc.drain(now_s, lambda tp: (1, 5), lambda node: True)
         if not by_node:
             return out
         out += by_node[1]
@@ -79,13 +79,13 @@ async def test_a_retry_waits_for_the_partition_to_be_clear_and_keeps_its_place()
     fill(acc, 4)
     drain_first(acc)
     first, second, third = drain_all(acc)
-    acc.retry(first, now=1.0, backoff_s=0.1, why="NOT_LEADER_OR_FOLLOWER")
-    assert drain_all(acc, now=2.0) == [], "others still in flight: the retry must wait"
-    acc.retry(second, now=1.0, backoff_s=0.1, why="NOT_LEADER_OR_FOLLOWER")
+    acc.retry(first, now_s=1.0, backoff_s=0.1, why="NOT_LEADER_OR_FOLLOWER")
+    assert drain_all(acc, now_s=2.0) == [], "others still in flight: the retry must wait"
+    acc.retry(second, now_s=1.0, backoff_s=0.1, why="NOT_LEADER_OR_FOLLOWER")
     acc.acknowledged(third)  # the broker could not have, but the queue must still drain in order
-    assert drain_all(acc, now=2.0) == [first]
+    assert drain_all(acc, now_s=2.0) == [first]
     acc.acknowledged(first)
-    assert drain_all(acc, now=2.0) == [second]
+    assert drain_all(acc, now_s=2.0) == [second]
     assert second.base_sequence == 4, "a retry keeps its sequence, so duplicates are recognised"
 
 
@@ -96,8 +96,8 @@ async def test_a_failed_batch_restarts_the_sequence_under_a_new_epoch() -> None:
     acc.acknowledged(first)
     second, third = drain_all(acc)
     acc.failed(second, RuntimeError("MESSAGE_TOO_LARGE"))
-    acc.retry(third, now=1.0, backoff_s=0.0, why="OUT_OF_ORDER_SEQUENCE_NUMBER")
-    [again] = drain_all(acc, now=2.0)
+    acc.retry(third, now_s=1.0, backoff_s=0.0, why="OUT_OF_ORDER_SEQUENCE_NUMBER")
+    [again] = drain_all(acc, now_s=2.0)
     assert again is third
     header = check(third.data)  # restamped: CRC recomputed over the new fields
     assert (header.producer_epoch, header.base_sequence) == (1, 0)

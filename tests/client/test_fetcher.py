@@ -64,7 +64,7 @@ def test_follower_out_of_range_case_3_resets_to_the_replicas_log_start() -> None
     st.preferred_replica, st.preferred_until = FOLLOWER, 1e9
     fetcher.on_fetch_error(st, E.OFFSET_OUT_OF_RANGE, FOLLOWER, log_start_offset=40,
                            high_watermark=200, auto_reset="earliest",
-                           validation_supported=True, now=0.0)
+                           validation_supported=True, now_s=0.0)
     assert (st.state, st.position) == (State.FETCH, 40)
     assert st.preferred_replica == -1  # back to the leader after an error
 
@@ -74,7 +74,7 @@ def test_follower_out_of_range_case_4_validates_with_the_leader_first() -> None:
     st.preferred_replica, st.preferred_until = FOLLOWER, 1e9
     action = fetcher.on_fetch_error(st, E.OFFSET_OUT_OF_RANGE, FOLLOWER, log_start_offset=0,
                                     high_watermark=200, auto_reset="none",
-                                    validation_supported=True, now=0.0)
+                                    validation_supported=True, now_s=0.0)
     assert action.error is None and st.state is State.VALIDATE and st.position == 500
 
 

@@ -393,7 +393,7 @@ def test_finding_a_gone_cluster_backs_off_to_a_second() -> None:
     finds, now = 0, 0
     while now < 10_000:
         driver.run("find-failed")
-        deadline = driver.m.next_deadline()
+        deadline = driver.m.next_deadline_ms()
         assert deadline is not None and deadline > now
         now = deadline
         finds += sum(isinstance(a, FindCoordinator) for a in driver.run(f"tick {now}"))

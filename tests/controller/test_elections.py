@@ -9,11 +9,20 @@ import uuid
 
 import pytest
 
+from epochlog.controller.elections import ELECTION_PREFERRED, ELECTION_UNCLEAN
 from epochlog.controller.model import NO_LEADER
 from epochlog.controller.records import Listener
-from epochlog.controller.state import ELECTION_PREFERRED, ELECTION_UNCLEAN, ControllerState
+from epochlog.controller.state import ControllerState
 from epochlog.protocol.error_codes import ErrorCode as E
-from tests.controller.test_state import SESSION_MS, cluster, create, part, recover, register
+from tests.controller.test_state import (
+    SESSION_MS,
+    cluster,
+    config,
+    create,
+    part,
+    recover,
+    register,
+)
 
 INTERVAL_MS = 1000
 
@@ -122,9 +131,9 @@ def test_elect_leaders_unclean_with_no_replica_alive() -> None:
 
 # -------------------------------------------------------------------- automatic rebalance
 def rebalancing(n: int = 3, percentage: int = 10, enabled: bool = True):
-    s = ControllerState(session_timeout_ms=SESSION_MS, auto_leader_rebalance_enable=enabled,
-                        leader_imbalance_per_broker_percentage=percentage,
-                        leader_imbalance_check_interval_ms=INTERVAL_MS)
+    s = ControllerState(config(auto_leader_rebalance_enable=enabled,
+                               leader_imbalance_per_broker_percentage=percentage,
+                               leader_imbalance_check_interval_seconds=INTERVAL_MS // 1000))
     s.start(now_ms=0)
     epochs = {i: s.register_broker(i, uuid.uuid4(), None, [Listener("P", "h", i)], 0)[1]
               for i in range(1, n + 1)}

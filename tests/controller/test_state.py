@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import random
 import uuid
+from typing import Any
 
 import pytest
 
 from epochlog.controller import assignment
+from epochlog.controller.config import ControllerConfig
 from epochlog.controller.model import DEAD, NO_LEADER, SHUTTING_DOWN
 from epochlog.controller.records import Listener
 from epochlog.controller.state import ControllerState
@@ -22,10 +24,13 @@ from epochlog.protocol.error_codes import ErrorCode as E
 SESSION_MS = 9000
 
 
+def config(**settings: Any) -> ControllerConfig:
+    """The controller's settings for a state machine under test: sessions of SESSION_MS."""
+    return ControllerConfig(data_dir="unused", broker_session_timeout_ms=SESSION_MS, **settings)
+
+
 def make_state(unclean: bool = False) -> ControllerState:
-    s = ControllerState(session_timeout_ms=SESSION_MS, rng=random.Random(7), topic_defaults={
-        "unclean.leader.election.enable": "true" if unclean else "false",
-        "min.insync.replicas": "1"})
+    s = ControllerState(config(default_unclean_leader_election_enable=unclean), random.Random(7))
     s.start(now_ms=0)
     return s
 
@@ -76,7 +81,7 @@ def recover(s: ControllerState, ends: dict[int, tuple[int, int]] | None = None,
 
 
 def replay_of(s: ControllerState, records: list) -> ControllerState:
-    fresh = ControllerState(session_timeout_ms=SESSION_MS)
+    fresh = ControllerState(config())
     fresh.replay(records)
     return fresh
 

@@ -22,7 +22,7 @@ from epochlog.protocol.apis.offset_for_leader_epoch import (
 from epochlog.protocol.error_codes import ErrorCode as E
 
 from .test_elections import kill, shrink
-from .test_state import SESSION_MS, cluster, create, part, recover, register
+from .test_state import SESSION_MS, cluster, config, create, part, recover, register
 
 
 def lose_the_isr() -> tuple[ControllerState, dict[int, int]]:
@@ -138,8 +138,8 @@ def test_every_replica_answering_elects_at_once() -> None:
 
 
 def test_turned_off_the_first_live_replica_is_elected_at_once() -> None:
-    s = ControllerState(session_timeout_ms=SESSION_MS, unclean_recovery_timeout_ms=-1,
-                        topic_defaults={"unclean.leader.election.enable": "true"})
+    s = ControllerState(config(unclean_recovery_timeout_ms=-1,
+                               default_unclean_leader_election_enable=True))
     s.start(now_ms=0)
     epochs = {i: register(s, i, "abc"[i - 1]) for i in (1, 2, 3)}
     create(s, "t", [[1, 2, 3]])

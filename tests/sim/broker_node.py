@@ -6,9 +6,10 @@ Real (the broker's own code, through the same events, actions and deadlines):
   heartbeat, heartbeat at once on a closed connection, STALE_BROKER_EPOCH ends the generation),
   and the hold of control requests until the generation is confirmed, `control_hold.ControlHold`,
   with `ControlEpochs` (fencing of control requests);
-- `MetadataCache`, `ReplicaManager` / `Partition` (LeaderAndIsr and StopReplica applied through
-  the sync calls the handlers make), storage `LogManager` / `Log` on real files, recovery after a
-  crash included;
+- `MetadataCache`, `ReplicaManager` / `Partition` (LeaderAndIsr and UpdateMetadata applied by
+  their handlers' own `apply`, topic settings included: `TopicConfigs` learns the topic's from
+  the LeaderAndIsr that opens its partitions; StopReplica through the sync calls its handler
+  makes), storage `LogManager` / `Log` on real files, recovery after a crash included;
 - follower replication: `source_fetchers.SourceFetchers` (which source fetches what; connect,
   send, sleep, end) over `follower.SourceFetcher`, told by `ReplicaManager.partition_listeners`;
 - ISR changes: `isr_schedule.IsrSchedule` (when) over `isr.IsrManager` (what), with
@@ -22,9 +23,7 @@ of this node, as a purgatory poke would wake them; the controller's close of our
 connection reaches the session when it arrives (ControllerLink looks every CONNECTION_CHECK_MS);
 a fetcher's connection opens at once (a leader that is down fails the request instead).
 Mirrored still:
-- the handlers' order (fence, apply; LeaderAndIsr: each partition, then forget the unlisted); the
-  LeaderAndIsr DescribeConfigs fetch is done once at start, through the real `TopicConfigs.ensure`
-  answered with the topic's settings;
+- the control handlers' order: fence (`admit`), then apply;
 - the storage tick (app.py's loop: flush the logs that are due, then `LogManager.tick`; nothing
   there to decide).
 
@@ -35,7 +34,6 @@ never-completed batch write at the end of a segment, which recovery must cut.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import os
@@ -59,13 +57,15 @@ from epochlog.broker.fetch_sessions import FetchSessionCache
 from epochlog.broker.fetch_wait import ParkedFetch
 from epochlog.broker.follower import FollowerStats, SourceFetcher
 from epochlog.broker.handlers import fetch as fetch_handler
+from epochlog.broker.handlers import leader_and_isr as leader_and_isr_handler
 from epochlog.broker.handlers import offset_for_leader_epoch as ofle_handler
 from epochlog.broker.handlers import produce as produce_handler
+from epochlog.broker.handlers import update_metadata as update_metadata_handler
 from epochlog.broker.isr import IsrManager, IsrProposal
 from epochlog.broker.isr_schedule import IsrSchedule, SendAlterPartition
 from epochlog.broker.isr_task import ALTER_PARTITION_VERSION_MAX, apply_answer, build_request
 from epochlog.broker.metadata_cache import MetadataCache
-from epochlog.broker.partition import Partition, PartitionState
+from epochlog.broker.partition import Partition
 from epochlog.broker.read_path import ReadPath
 from epochlog.broker.replica_selector import selector_for
 from epochlog.broker.replicas import ReplicaManager
@@ -78,13 +78,8 @@ from epochlog.protocol.apis.broker_registration import (
     BrokerRegistrationListener,
     BrokerRegistrationRequest,
 )
-from epochlog.protocol.apis.describe_configs import (
-    DescribeConfigsResourceResult,
-    DescribeConfigsResponse,
-    DescribeConfigsResult,
-)
 from epochlog.protocol.apis.fetch import FetchResponse
-from epochlog.protocol.apis.leader_and_isr import LeaderAndIsrPartitionError, LeaderAndIsrResponse
+from epochlog.protocol.apis.leader_and_isr import LeaderAndIsrResponse
 from epochlog.protocol.apis.produce import ProduceResponse
 from epochlog.protocol.apis.stop_replica import StopReplicaPartitionError, StopReplicaResponse
 from epochlog.protocol.apis.update_metadata import UpdateMetadataResponse
@@ -211,7 +206,6 @@ class BrokerNode(Node):
                                cluster_id="epochlog")
         self.replicas = ReplicaManager(self.broker_id, logs, clock, produce_waiters_max=100,
                                        fetch_waiters_max=100)
-        self._learn_topic_settings()
         self.replicas.partition_listeners.append(self._on_partition)
         self.replicas.on_isr_candidate = self._isr_candidate
         self.incarnation_id = uuid.UUID(int=self.sim.rng.getrandbits(128), version=4)
@@ -235,31 +229,6 @@ class BrokerNode(Node):
         self._session_do(self.session.start(self.sim.now_ms))
         self.timer(STORAGE_TICK_MS, self._storage_tick)
         self._isr_do([])  # its first tick
-
-    def _learn_topic_settings(self) -> None:
-        """What the LeaderAndIsr handler's DescribeConfigs fetch (load_topic_settings) gives,
-        learnt at start instead: the real `TopicConfigs.ensure`, answered at once with the
-        settings the harness creates the topic with, as the topic's own (source 1). Its await
-        never suspends, so a private event loop runs it to completion deterministically."""
-        assert self.replicas is not None
-        configs = self.replicas.topic_configs
-
-        async def describe(key: int, version: int | None, request: Any) -> Any:
-            return DescribeConfigsResponse(results=[DescribeConfigsResult(
-                resource_type=r.resource_type, resource_name=r.resource_name,
-                configs=[DescribeConfigsResourceResult(name=k, value=v, config_source=1)
-                         for k, v in self.topics[r.resource_name].items()])
-                for r in request.resources])
-
-        loop = asyncio.new_event_loop()
-        try:
-            loop.run_until_complete(configs.ensure(self.topics, describe))
-        finally:
-            loop.close()
-        for topic, wanted in self.topics.items():
-            if configs.get(topic) != settings_from(self.log_config, wanted):
-                raise AssertionError(f"{self.name}: topic {topic}: TopicConfigs.ensure did not "
-                                     f"adopt {wanted} (got {configs.get(topic)})")
 
     def on_crash(self) -> None:
         assert self.replicas is not None
@@ -392,9 +361,8 @@ class BrokerNode(Node):
         else:
             error = self.epochs.admit("UpdateMetadata", request.controller_id,
                                       request.controller_epoch, request.broker_epoch)
-            if not error:
-                self.metadata.apply(request)
-            reply(UpdateMetadataResponse(error_code=error))
+            reply(UpdateMetadataResponse(error_code=error) if error
+                  else update_metadata_handler.apply(self, request))
 
     def _hold_do(self, actions: list[HoldAction[_HeldControl]]) -> None:
         """Judged: applied, in the hold's order; unanswered: dropped (the sender resends)."""
@@ -405,25 +373,22 @@ class BrokerNode(Node):
                   lambda: self._hold_do(self.hold.tick(self.sim.now_ms)))
 
     def _leader_and_isr(self, request: Any) -> LeaderAndIsrResponse:
-        """broker/handlers/leader_and_isr.py, minus its DescribeConfigs fetch."""
+        """broker/handlers/leader_and_isr.py past app.control_request_ready: admit, apply. The
+        topic's settings must then be those it was created with: they came in this request or an
+        earlier one (nothing else tells a broker)."""
         assert self.replicas is not None
         error = self.epochs.admit("LeaderAndIsr", request.controller_id,
                                   request.controller_epoch, request.broker_epoch)
         if error:
             return LeaderAndIsrResponse(error_code=error)
-        errors, listed = [], []
+        answer = leader_and_isr_handler.apply(self, request)
         for topic in request.topic_states:
-            for ps in topic.partition_states:
-                state = PartitionState(ps.leader, ps.leader_epoch, ps.partition_epoch,
-                                       tuple(ps.replicas), tuple(ps.isr), ps.controller_epoch)
-                code = self.replicas.apply_partition_state(topic.topic_name, ps.partition_index,
-                                                           state, ps.is_new)
-                listed.append((topic.topic_name, ps.partition_index))
-                errors.append(LeaderAndIsrPartitionError(
-                    topic_name=topic.topic_name, partition_index=ps.partition_index,
-                    error_code=code))
-        self.replicas.forget_unlisted(listed, self.epochs.generation, request.controller_epoch)
-        return LeaderAndIsrResponse(partition_errors=errors)
+            wanted, _ = settings_from(self.log_config, self.topics[topic.topic_name])
+            if self.replicas.topic_configs.get(topic.topic_name) != wanted:
+                raise AssertionError(f"{self.name}: topic {topic.topic_name}: settings "
+                                     f"{self.replicas.topic_configs.get(topic.topic_name)} after "
+                                     f"a LeaderAndIsr, not {wanted}")
+        return answer
 
     def _stop_replica(self, request: Any) -> StopReplicaResponse:
         assert self.replicas is not None

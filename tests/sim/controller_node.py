@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from epochlog.controller import handlers as controller_handlers
+from epochlog.controller.config import ControllerConfig
 from epochlog.controller.model import Send
 from epochlog.controller.records import Record
 from epochlog.controller.sender import BACKOFF_MS_MIN
@@ -101,12 +102,17 @@ class SimSender:
 
 
 class ControllerNode(Node):
-    def __init__(self, sim: Scheduler, net: Network, settings: Settings,
-                 topic_defaults: dict[str, str]) -> None:
+    def __init__(self, sim: Scheduler, net: Network, settings: Settings) -> None:
         super().__init__(sim, CONTROLLER_ID, "controller")
         self.net = net
         self.settings = settings
-        self.topic_defaults = topic_defaults
+        rebalance_s, rest = divmod(settings.rebalance_check_ms, 1000)
+        assert not rest, "ControllerConfig counts the leader imbalance check in seconds"
+        self.config = ControllerConfig(  # the rest are ControllerConfig's defaults
+            data_dir="(simulated: the metadata log is `durable`)", controller_id=CONTROLLER_ID,
+            broker_session_timeout_ms=settings.session_timeout_ms,
+            broker_connection_loss_grace_ms=settings.connection_loss_grace_ms,
+            leader_imbalance_check_interval_seconds=rebalance_s)
         self.durable: list[Record] = []  # the metadata log: survives crashes
         self.state: ControllerState | None = None
         self.senders: dict[int, SimSender] = {}
@@ -122,12 +128,7 @@ class ControllerNode(Node):
 
     # ---------------------------------------------------------------------------- lifecycle
     def on_start(self) -> None:
-        self.state = ControllerState(
-            controller_id=CONTROLLER_ID, session_timeout_ms=self.settings.session_timeout_ms,
-            topic_defaults=self.topic_defaults, rng=random.Random(self.sim.rng.getrandbits(64)),
-            auto_leader_rebalance_enable=True,
-            leader_imbalance_check_interval_ms=self.settings.rebalance_check_ms,
-            connection_loss_grace_ms=self.settings.connection_loss_grace_ms)
+        self.state = ControllerState(self.config, random.Random(self.sim.rng.getrandbits(64)))
         self.state.replay(self.durable)
         self.state.start(self.sim.now_ms)
         self.senders = {}

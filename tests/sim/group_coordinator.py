@@ -1,45 +1,41 @@
-"""Simulated group coordinators: the broker's real `Group` state machine behind the wire.
+"""Simulated group coordinators: the broker's real group coordinator core behind the wire.
 
 Theory of operation
 -------------------
-`GroupBroker` is a broker as far as one consumer group is concerned. Of the brokers, one at a
-time coordinates the group (`GroupCluster.coordinator`); it holds the real
-`epochlog.broker.groups.state.Group` and drives it as `broker/groups/coordinator.py` does: a
-JoinGroup or SyncGroup parks with a token until the group answers it (or its park limit passes:
-REBALANCE_IN_PROGRESS), a `Store` effect is an append to the offsets log (a delay, then
-`stored()`), commits are validated by `commit_error()` and applied once appended, and the
-group's timers run at its `next_deadline()`. The offsets log is `GroupCluster.durable`: the last
-stored group snapshot and the committed offsets, which survive crashes and moves.
+`GroupBroker` is a broker as far as one consumer group is concerned. Each process life runs the
+real `epochlog.broker.groups.core.GroupCore`, driven by a `GroupDriver` (core_driver.py) as
+broker/groups/coordinator.py drives it in the broker: a request is one of the core's events with
+a token and is answered by the core's `Resolve`; the core is ticked at its `next_deadline_ms()`.
+So everything the coordinator decides (parking JoinGroup and SyncGroup and their limits, stores,
+commits and their checks, loading, unloading, timers) is the real code. What is simulated is the
+offsets partition:
 
-The coordinator moves: `move(to)` unloads the group on the old broker (parked requests are
-answered NOT_COORDINATOR), and after a gap the new broker loads it from the durable snapshot
-(COORDINATOR_LOAD_IN_PROGRESS meanwhile), as a leader change of the offsets partition does. A
-crash of the coordinating broker loses the loaded group and every parked request; the harness
-then moves the group to another broker.
+`GroupCluster` holds it (its records, in Kafka's formats as offsets_log.py writes them, read back
+by the core's real load; its leader epoch) and which broker leads it, the coordinator. An
+`Append` takes its places in the log at once, in the order the coordinator asks, and is
+replicated after a delay (then `appended`) if its epoch is still the log's; otherwise it fails
+(NOT_LEADER_OR_FOLLOWER) and is not in the log. The checkers see each committed offset as its
+record is replicated, in log order.
 
-A broker that does not coordinate answers NOT_COORDINATOR; FindCoordinator (the simulation's key
-FIND) is answered by any broker with the coordinator of the moment (COORDINATOR_NOT_AVAILABLE
-during a gap).
+`move(to)` is a leader election: the epoch goes up, the old leader hears it no longer leads (its
+parked requests are answered NOT_COORDINATOR), the new one that it leads (LOADING:
+COORDINATOR_LOAD_IN_PROGRESS); its `Load` replays the log after a gap. A crash of the
+coordinating broker loses its core and every parked request; the harness elects another.
+
+A broker that does not coordinate answers NOT_COORDINATOR (its core holds no shard);
+FindCoordinator (the simulation's key FIND) is answered by any broker with the coordinator of the
+moment (COORDINATOR_NOT_AVAILABLE during a gap).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from epochlog.broker.groups.state import (
-    CommittedOffset,
-    Effect,
-    Group,
-    GroupSettings,
-    GroupSnapshot,
-    JoinRequest,
-    JoinResult,
-    Reply,
-    Store,
-    SyncResult,
-)
+from epochlog.broker.coordinator_shards import Append, Load
+from epochlog.broker.groups import offsets_log
+from epochlog.broker.groups.core import GroupCore, OffsetToCommit
+from epochlog.broker.groups.state import GroupSettings, JoinRequest, JoinResult
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.heartbeat import HeartbeatResponse
 from epochlog.protocol.apis.join_group import JoinGroupResponse, JoinGroupResponseMember
@@ -57,29 +53,23 @@ from epochlog.protocol.apis.offset_fetch import (
 from epochlog.protocol.apis.sync_group import SyncGroupResponse
 from epochlog.protocol.error_codes import ErrorCode as E
 
+from .core_driver import CoreDriver
 from .scheduler import Node, Scheduler
 
 if TYPE_CHECKING:
     from .group_checkers import GroupCheckers
 
 FIND = -10  # the simulation's FindCoordinator: request None, answer (error, node id)
-PARK_MARGIN_MS = 500  # as coordinator.py's
+PARK_MARGIN_MS = 500  # core.PARK_MARGIN_MS (30 s), scaled down
 APPEND_MS_MIN, APPEND_MS_MAX = 1, 6
 LOAD_MS_MIN, LOAD_MS_MAX = 10, 80
+INDEX = 0  # the group's offsets partition
 
 TP = tuple[str, int]
 
 
-@dataclass
-class Durable:
-    """The group's records in the offsets log: what a new coordinator loads."""
-    snapshot: GroupSnapshot | None = None
-    offsets: dict[TP, tuple[int, int]] = field(default_factory=dict)  # tp -> (offset, seq)
-    seq: int = 0
-
-
 class GroupCluster:
-    """Which broker coordinates the group, and the offsets log they share."""
+    """Which broker coordinates the group, and the offsets partition they share."""
 
     def __init__(self, sim: Scheduler, group_id: str, settings: GroupSettings,
                  checkers: GroupCheckers) -> None:
@@ -89,9 +79,11 @@ class GroupCluster:
         self.checkers = checkers
         self.brokers: dict[int, GroupBroker] = {}
         self.coordinator: int | None = None
-        self.durable = Durable()
+        self.epoch = 0  # the offsets partition's leader epoch
+        self.records: dict[int, tuple[bytes, bytes | None]] = {}  # by offset
+        self.next_offset = 0
+        self.latest: dict[TP, tuple[int, int]] = {}  # tp -> (committed offset, record offset)
         self.moves = 0
-        self.commits = 0
         self._member_ids = 0
 
     def new_member_id(self, client_id: str) -> str:
@@ -99,102 +91,117 @@ class GroupCluster:
         return f"{client_id}-{self._member_ids}"
 
     def move(self, to: int) -> None:
-        """The group moves to broker `to` (unloaded from the current one now, loaded there
-        after a gap and a load)."""
-        old = self.coordinator
-        if old is not None:
-            self.brokers[old].unload()
-        self.coordinator = None
+        """The offsets partition's leader moves to broker `to` (it loads the group)."""
+        old, self.coordinator = self.coordinator, None
+        self.epoch += 1
         self.moves += 1
-        self.sim.log(f"group: coordinator moves {old} -> {to}")
-        broker = self.brokers[to]
-        broker.timer(self.sim.rng.randint(LOAD_MS_MIN, LOAD_MS_MAX), broker.load)
-        broker.loading = True
+        self.sim.log(f"group: coordinator moves {old} -> {to} (epoch {self.epoch})")
+        for broker in self.brokers.values():
+            if broker.node_id != to:
+                broker.lead(None)
+        self.brokers[to].lead(self.epoch)
+
+    def place(self, count: int) -> int:
+        """Places for count records, in the order appends are asked for: the first offset."""
+        first, self.next_offset = self.next_offset, self.next_offset + count
+        return first
+
+    def replicate(self, broker: str, a: Append, first: int, who: tuple[str, int]) -> int:
+        """The append's records reach the ISR if its leader epoch is still the log's."""
+        if a.leader_epoch != self.epoch:
+            return E.NOT_LEADER_OR_FOLLOWER
+        for offset, (key, value) in enumerate(a.records, first):
+            self.records[offset] = (key, value)
+            record = offsets_log.parse(key, value, offset)
+            if isinstance(record, offsets_log.OffsetRecord) and record.committed is not None:
+                self._committed((record.topic, record.partition), record.committed.offset,
+                                offset, broker, who)
+        return 0
+
+    def _committed(self, tp: TP, committed: int, at: int, broker: str,
+                   who: tuple[str, int]) -> None:
+        before = self.latest.get(tp)
+        if before is not None and before[1] > at:
+            return  # a later record of this partition is already in the log
+        self.checkers.committed(tp, None if before is None else before[0], committed, *who)
+        self.latest[tp] = (committed, at)
+        self.sim.log(f"{broker}: commit {tp[0]}-{tp[1]}={committed} by {who[0]} gen {who[1]}")
+
+
+class GroupDriver(CoreDriver):
+    """The real group coordinator core on one broker, for one process life."""
+
+    def __init__(self, broker: GroupBroker) -> None:
+        super().__init__(broker)
+        self.broker = broker
+        self.cluster = c = broker.cluster
+        self.core = GroupCore(c.settings, partition_of=lambda group_id: INDEX,
+                              partition_known=lambda topic, p: True, metadata_max_bytes=4096,
+                              new_member_id=c.new_member_id, park_margin_ms=PARK_MARGIN_MS)
+        self.committer = ("", -1)  # (member id, generation) of the commit being asked
+
+    def next_deadline_ms(self) -> int | None:
+        return self.core.next_deadline_ms()
+
+    def tick(self) -> list[Any]:
+        return self.core.tick(self.now(), self.now())
+
+    def perform(self, action: Any) -> None:
+        rng = self.node.sim.rng
+        if isinstance(action, Append):
+            first = self.cluster.place(len(action.records))
+            self.node.timer(rng.randint(APPEND_MS_MIN, APPEND_MS_MAX), self._appended, action,
+                            first, self.committer)
+        else:
+            assert isinstance(action, Load), action
+            took_ms = rng.randint(LOAD_MS_MIN, LOAD_MS_MAX)
+            self.node.timer(took_ms, self._load, action, took_ms)
+
+    def _appended(self, a: Append, first: int, who: tuple[str, int]) -> None:
+        error = self.cluster.replicate(self.node.name, a, first, who)
+        self.run(self.core.appended(self.now(), self.now(), a.append_id,
+                                    a.errors.get(error, error), first))
+
+    def _load(self, load: Load, took_ms: int) -> None:
+        records = self.cluster.records
+        for offset in sorted(records):
+            self.core.replay(INDEX, load.leader_epoch, offset, *records[offset])
+        self.run(self.core.loaded(self.now(), INDEX, load.leader_epoch, 0,
+                                  self.cluster.next_offset, took_ms))
+        shard = self.core.shards.get(INDEX)
+        if shard is not None and not shard.loading and shard.leader_epoch == self.cluster.epoch:
+            self.cluster.coordinator = self.node.node_id
 
 
 class GroupBroker(Node):
     def __init__(self, sim: Scheduler, node_id: int, cluster: GroupCluster) -> None:
         super().__init__(sim, node_id, f"broker{node_id}")
         self.cluster = cluster
-        self.group: Group | None = None
-        self.loading = False
-        self._parked: dict[int, Callable[[Any], None]] = {}
-        self._next_token = 0
-        self._tick_at = -1
-        self._load = 0  # bumped at every load and unload: late appends of an old load fail
+        self.driver: GroupDriver | None = None  # this process life's
 
-    # ------------------------------------------------------------------ loading
-    def load(self) -> None:
-        c = self.cluster
-        now = self.sim.now_ms
-        snap = c.durable.snapshot
-        if snap is not None:
-            group = Group.from_snapshot(snap, c.settings, now, c.new_member_id)
-        else:
-            group = Group(c.group_id, c.settings, c.new_member_id)
-        for tp, (offset, seq) in c.durable.offsets.items():
-            group.apply_offset(tp, CommittedOffset(offset, 0, "", now, seq), seq)
-        self.group, self.loading = group, False
-        self._load += 1
-        c.coordinator = self.node_id
-        self.sim.log(f"{self.name}: loaded {group}")
-
-    def unload(self) -> None:
-        group, self.group = self.group, None
-        self._load += 1
-        self.loading = False
-        if group is not None:
-            self._run(group.unload(E.NOT_COORDINATOR))
+    # ------------------------------------------------------------------ lifecycle
+    def on_start(self) -> None:
+        self.driver = GroupDriver(self)
 
     def on_crash(self) -> None:
-        self.group, self.loading = None, False
-        self._parked.clear()
-        self._tick_at = -1
+        self.driver = None
         if self.cluster.coordinator == self.node_id:
             self.cluster.coordinator = None
 
     def after_event(self) -> None:
-        group = self.group
-        if group is None:
-            return
-        deadline = group.next_deadline()
-        if deadline is not None and (self._tick_at < self.sim.now_ms or deadline < self._tick_at):
-            self._tick_at = deadline
-            self.timer(deadline - self.sim.now_ms, self._tick, self._load)
+        if self.driver is not None:
+            self.driver.after_event()
 
-    def _tick(self, load: int) -> None:
-        if load == self._load and self.group is not None:
-            self._tick_at = -1
-            self._run(self.group.tick(self.sim.now_ms))
+    @property
+    def loading(self) -> bool:
+        shard = None if self.driver is None else self.driver.core.shards.get(INDEX)
+        return shard is not None and shard.loading
 
-    # ------------------------------------------------------------------ effects
-    def _run(self, effects: list[Effect]) -> None:
-        for effect in effects:
-            if isinstance(effect, Reply):
-                reply = self._parked.pop(effect.token, None)
-                if reply is not None:
-                    reply(effect.result)
-            else:
-                self.timer(self.sim.rng.randint(APPEND_MS_MIN, APPEND_MS_MAX), self._stored,
-                           effect, self._load)
-
-    def _stored(self, store: Store, load: int) -> None:
-        if load != self._load or self.group is None:
-            return  # the group moved meanwhile: that append failed with the leadership
-        self.cluster.durable.snapshot = store.snapshot
-        self._run(self.group.stored(self.sim.now_ms, store, 0))
-
-    def _park(self, reply: Callable[[Any], None], limit_ms: int, on_timeout: Any) -> int:
-        self._next_token += 1
-        token = self._next_token
-        self._parked[token] = reply
-        self.timer(limit_ms, self._park_expired, token, on_timeout)
-        return token
-
-    def _park_expired(self, token: int, on_timeout: Any) -> None:
-        reply = self._parked.pop(token, None)
-        if reply is not None:
-            reply(on_timeout)
+    def lead(self, epoch: int | None) -> None:
+        """The replica manager applied a state of the offsets partition: led at epoch, or not
+        (None)."""
+        if self.up and self.driver is not None:
+            self.driver.run(self.driver.core.partition_applied(INDEX, epoch))
 
     # ------------------------------------------------------------------ requests
     def serve(self, key: int, version: int, request: Any, reply: Callable[[Any], None],
@@ -203,128 +210,75 @@ class GroupBroker(Node):
             c = self.cluster.coordinator
             reply((E.COORDINATOR_NOT_AVAILABLE, -1) if c is None else (0, c))
             return
-        error = 0
-        if self.loading:
-            error = E.COORDINATOR_LOAD_IN_PROGRESS
-        elif self.group is None:
-            error = E.NOT_COORDINATOR
-        handler = _HANDLERS[key]
-        handler(self, request, reply, error)
-
-    def _join(self, req: Any, reply: Callable[[Any], None], error: int) -> None:
-        if error:
-            reply(JoinGroupResponse(error_code=error, member_id=req.member_id))
-            return
-        assert self.group is not None
-        join = JoinRequest(
-            member_id=req.member_id, group_instance_id=req.group_instance_id,
-            client_id=req.member_id.split("-")[0] or req.group_instance_id or "member",
-            client_host="sim", session_timeout_ms=req.session_timeout_ms,
-            rebalance_timeout_ms=req.rebalance_timeout_ms, protocol_type=req.protocol_type,
-            protocols=tuple((p.name, p.metadata) for p in req.protocols),
-            require_known_member_id=True)
-        limit = max(req.rebalance_timeout_ms, req.session_timeout_ms) + \
-            self.cluster.settings.initial_rebalance_delay_ms + PARK_MARGIN_MS
-        token = self._park(lambda r: reply(_join_answer(r)), limit,
-                           JoinResult(E.REBALANCE_IN_PROGRESS, member_id=req.member_id))
-        self._run(self.group.join(self.sim.now_ms, join, token))
-
-    def _sync(self, req: Any, reply: Callable[[Any], None], error: int) -> None:
-        if error:
-            reply(SyncGroupResponse(error_code=error))
-            return
-        assert self.group is not None
-        member = self.group.members.get(req.member_id)
-        limit = (member.rebalance_timeout_ms if member else 0) + PARK_MARGIN_MS
-        token = self._park(lambda r: reply(SyncGroupResponse(
-            error_code=r.error, assignment=r.assignment)), limit,
-            SyncResult(E.REBALANCE_IN_PROGRESS))
-        self._run(self.group.sync(
-            self.sim.now_ms, req.generation_id, req.member_id, req.group_instance_id,
-            req.protocol_type, req.protocol_name,
-            [(a.member_id, a.assignment) for a in req.assignments], token))
-
-    def _heartbeat(self, req: Any, reply: Callable[[Any], None], error: int) -> None:
-        if not error:
-            assert self.group is not None
-            error = self.group.heartbeat(self.sim.now_ms, req.generation_id, req.member_id,
-                                         req.group_instance_id)
-        reply(HeartbeatResponse(error_code=error))
-
-    def _leave(self, req: Any, reply: Callable[[Any], None], error: int) -> None:
-        if not error:
-            assert self.group is not None
-            leaving = [(m.member_id, m.group_instance_id) for m in req.members] or \
-                [(req.member_id, None)]
-            _, effects = self.group.leave(self.sim.now_ms, leaving)
-            self._run(effects)
-        reply(LeaveGroupResponse(error_code=error))
-
-    def _commit(self, req: Any, reply: Callable[[Any], None], error: int) -> None:
-        if not error:
-            assert self.group is not None
-            error = self.group.commit_error(self.sim.now_ms, req.generation_id_or_member_epoch,
-                                            req.member_id, req.group_instance_id)
-        if error:
-            reply(_commit_answer(req, error))
-            return
-        # The records' places in the offsets log are taken now, in the order requests are
-        # served; appends may finish out of order, and the later record wins (apply_offset)
-        c = self.cluster
-        first = c.durable.seq + 1
-        c.durable.seq += sum(len(t.partitions) for t in req.topics)
-        self.timer(self.sim.rng.randint(APPEND_MS_MIN, APPEND_MS_MAX), self._committed, req,
-                   reply, self._load, first)
-
-    def _committed(self, req: Any, reply: Callable[[Any], None], load: int, seq: int) -> None:
-        if load != self._load or self.group is None:
-            reply(_commit_answer(req, E.NOT_COORDINATOR))  # the append lost its leadership
-            return
-        c = self.cluster
-        for t in req.topics:
-            for p in t.partitions:
-                tp = (t.name, p.partition_index)
-                before = c.durable.offsets.get(tp)
-                if before is not None and before[1] > seq:
-                    seq += 1
-                    continue  # a later record of this partition is already applied
-                c.checkers.committed(tp, None if before is None else before[0],
-                                     p.committed_offset, req.member_id,
-                                     req.generation_id_or_member_epoch)
-                c.durable.offsets[tp] = (p.committed_offset, seq)
-                self.sim.log(f"{self.name}: commit {tp[0]}-{tp[1]}={p.committed_offset} by "
-                             f"{req.member_id} gen {req.generation_id_or_member_epoch}")
-                self.group.apply_offset(tp, CommittedOffset(
-                    p.committed_offset, p.committed_leader_epoch, "", self.sim.now_ms, seq), seq)
-                c.commits += 1
-                seq += 1
-        reply(_commit_answer(req, 0))
-
-    def _fetch(self, req: Any, reply: Callable[[Any], None], error: int) -> None:
-        if error:
-            reply(OffsetFetchResponse(error_code=error))
-            return
-        assert self.group is not None
-        offsets = self.group.offsets
-        topics = []
-        for t in req.topics:
-            parts = []
-            for index in t.partition_indexes:
-                got = offsets.get((t.name, index))
-                parts.append(OffsetFetchResponsePartition(
-                    partition_index=index, committed_offset=-1 if got is None else got.offset,
-                    committed_leader_epoch=-1 if got is None else got.leader_epoch))
-            topics.append(OffsetFetchResponseTopic(name=t.name, partitions=parts))
-        reply(OffsetFetchResponse(topics=topics))
+        assert self.driver is not None
+        _HANDLERS[key](self.driver, self.sim.now_ms, request, reply)
 
 
-_HANDLERS: dict[int, Callable[[GroupBroker, Any, Callable[[Any], None], int], None]] = {
-    ApiKey.JOIN_GROUP: GroupBroker._join,
-    ApiKey.SYNC_GROUP: GroupBroker._sync,
-    ApiKey.HEARTBEAT: GroupBroker._heartbeat,
-    ApiKey.LEAVE_GROUP: GroupBroker._leave,
-    ApiKey.OFFSET_COMMIT: GroupBroker._commit,
-    ApiKey.OFFSET_FETCH: GroupBroker._fetch,
+def _join(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    join = JoinRequest(
+        member_id=req.member_id, group_instance_id=req.group_instance_id,
+        client_id=req.member_id.split("-")[0] or req.group_instance_id or "member",
+        client_host="sim", session_timeout_ms=req.session_timeout_ms,
+        rebalance_timeout_ms=req.rebalance_timeout_ms, protocol_type=req.protocol_type,
+        protocols=tuple((p.name, p.metadata) for p in req.protocols),
+        require_known_member_id=True)
+    d.ask(lambda r: reply(_join_answer(r)),
+          lambda token: d.core.join(now, now, req.group_id, join, token))
+
+
+def _sync(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    d.ask(lambda r: reply(SyncGroupResponse(error_code=r.error, assignment=r.assignment)),
+          lambda token: d.core.sync(
+              now, now, req.group_id, req.generation_id, req.member_id, req.group_instance_id,
+              req.protocol_type, req.protocol_name,
+              [(a.member_id, a.assignment) for a in req.assignments], token))
+
+
+def _heartbeat(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    reply(HeartbeatResponse(error_code=d.core.heartbeat(
+        now, req.group_id, req.generation_id, req.member_id, req.group_instance_id)))
+
+
+def _leave(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    leaving = [(m.member_id, m.group_instance_id) for m in req.members] or \
+        [(req.member_id, None)]
+    d.ask(lambda r: reply(LeaveGroupResponse(error_code=r.error)),
+          lambda token: d.core.leave(now, now, req.group_id, leaving, token))
+
+
+def _commit(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    offsets = [OffsetToCommit(t.name, p.partition_index, p.committed_offset,
+                              p.committed_leader_epoch, p.committed_metadata or "")
+               for t in req.topics for p in t.partitions]
+    generation = req.generation_id_or_member_epoch
+    d.committer = (req.member_id, generation)
+    d.ask(lambda r: reply(_commit_answer(req, r.errors)),
+          lambda token: d.core.commit(now, now, req.group_id, generation, req.member_id,
+                                      req.group_instance_id, offsets, token))
+    d.committer = ("", -1)
+
+
+def _fetch(d: GroupDriver, now: int, req: Any, reply: Callable[[Any], None]) -> None:
+    wanted = [(t.name, index) for t in req.topics for index in t.partition_indexes]
+    error, found = d.core.fetch_offsets(req.group_id, wanted)
+    if error:
+        reply(OffsetFetchResponse(error_code=error))
+        return
+    reply(OffsetFetchResponse(topics=[OffsetFetchResponseTopic(name=t.name, partitions=[
+        OffsetFetchResponsePartition(
+            partition_index=index, committed_offset=-1 if got is None else got.offset,
+            committed_leader_epoch=-1 if got is None else got.leader_epoch)
+        for index in t.partition_indexes for got in [found[(t.name, index)]]])
+        for t in req.topics]))
+
+
+_HANDLERS: dict[int, Callable[[GroupDriver, int, Any, Callable[[Any], None]], None]] = {
+    ApiKey.JOIN_GROUP: _join,
+    ApiKey.SYNC_GROUP: _sync,
+    ApiKey.HEARTBEAT: _heartbeat,
+    ApiKey.LEAVE_GROUP: _leave,
+    ApiKey.OFFSET_COMMIT: _commit,
+    ApiKey.OFFSET_FETCH: _fetch,
 }
 
 
@@ -336,8 +290,9 @@ def _join_answer(r: JoinResult) -> JoinGroupResponse:
                  for m, i, md in r.members])
 
 
-def _commit_answer(req: Any, error: int) -> OffsetCommitResponse:
+def _commit_answer(req: Any, errors: dict[TP, int]) -> OffsetCommitResponse:
     return OffsetCommitResponse(topics=[OffsetCommitResponseTopic(
         name=t.name, partitions=[OffsetCommitResponsePartition(
-            partition_index=p.partition_index, error_code=error) for p in t.partitions])
+            partition_index=p.partition_index, error_code=errors[(t.name, p.partition_index)])
+            for p in t.partitions])
         for t in req.topics])

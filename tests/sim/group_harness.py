@@ -22,7 +22,6 @@ Replay: `python -m tests.sim --group SEED --verbose`.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import random
 import traceback
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from .group_member_node import MemberNode
 from .network import Network
 from .result import SimResult
 from .scheduler import Scheduler
+from .trace import real_logs
 
 TOPIC = "orders"
 GROUP = "sim-group"
@@ -269,18 +269,6 @@ class GroupSimulation:
                 "fatal": len(c.fatal_errors), **c.counts}
 
 
-class _TraceStream:
-    def __init__(self, trace: list[str]) -> None:
-        self.trace = trace
-
-    def write(self, text: str) -> None:
-        if text.strip():
-            self.trace.append(text.rstrip())
-
-    def flush(self) -> None:
-        pass
-
-
 def run_group_seed(seed: int, settings: GroupSimSettings | None = None,
                    verbose: bool = False) -> GroupResult:
     settings = settings or group_settings_for(seed)
@@ -288,10 +276,8 @@ def run_group_seed(seed: int, settings: GroupSimSettings | None = None,
     sim: GroupSimulation | None = None
     try:
         sim = GroupSimulation(seed, settings, verbose)
-        if verbose:
-            handler = logging.StreamHandler(_TraceStream(sim.trace))
-            logging.getLogger("epochlog").addHandler(handler)
-        sim.run()
+        with real_logs(sim.sim, sim.trace, verbose):
+            sim.run()
     except Exception:
         result.error = traceback.format_exc(limit=12)
     if sim is not None:

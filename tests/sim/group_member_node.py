@@ -5,7 +5,7 @@ Theory of operation
 `MemberNode` is one consumer process. Its driver mirrors client/group.py on simulated time:
 requests the machine asks for go over the simulated network (coordinator requests on one FIFO
 connection, which `DropCoordinator` closes), answers and failures go back to the machine, and a
-timer calls `tick()` at the machine's `next_deadline()`. The application polls every `poll_ms`:
+timer calls `tick()` at the machine's `next_deadline_ms()`. The application polls every `poll_ms`:
 the machine's `poll()` actions are carried out in order, and a commit before a revoke (or on
 close) holds the rest until its `Done` (the real driver awaits it inside poll()).
 
@@ -116,7 +116,7 @@ class MemberNode(Node):
     def after_event(self) -> None:
         if not self.live:
             return
-        deadline = self.machine.next_deadline()
+        deadline = self.machine.next_deadline_ms()
         if deadline is not None and (self._tick_at < self.sim.now_ms or deadline < self._tick_at):
             self._tick_at = deadline
             self.timer(deadline - self.sim.now_ms, self._tick)

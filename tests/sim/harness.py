@@ -120,7 +120,7 @@ class Simulation:
         self.checkers = Checkers()
         self.checkers.clock = self.sim.clock
         topics = {TOPIC: dict(TOPIC_CONFIGS)}
-        self.controller = ControllerNode(self.sim, self.net, settings, {})
+        self.controller = ControllerNode(self.sim, self.net, settings)
         self.net.add(self.controller)
         self.brokers: dict[int, BrokerNode] = {}
         for bid in range(1, settings.brokers + 1):

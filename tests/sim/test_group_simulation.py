@@ -1,8 +1,8 @@
 """The consumer group simulation in CI: many seeds, each a group of real member state machines
-(client/group_member.py) against the broker's real group state machine
-(broker/groups/state.py) under faults, checked for the group's guarantees (group_checkers.py):
-no partition owned by two live members of one generation, no committed offset going back, and
-once healed, every partition assigned and consumed.
+(client/group_member.py) against the broker's real group coordinator core (broker/groups/core.py
+over the group state machine, broker/groups/state.py) under faults, checked for the group's
+guarantees (group_checkers.py): no partition owned by two live members of one generation, no
+committed offset going back, and once healed, every partition assigned and consumed.
 
 Seeds: `EPOCHLOG_GROUP_SIM_SEEDS=START:COUNT` picks the range (default 0:1000; about 25 s on 2
 cores); a failure prints the command that replays it with a trace

@@ -1,10 +1,10 @@
 """The transaction simulation in CI: many seeds, each transactional producers (several per
-transactional id) against the real transaction coordinator state machine
-(broker/txn/state.py) and real partition logs (broker/storage, their producer state) under
-faults, checked for KIP-98's guarantees (txn_checkers.py): no transaction both committed and
-aborted, every partition of an ended transaction given its marker, read_committed views showing
-committed transactions only and whole, fenced producers and coordinators kept out, producer
-epochs never going back, timed-out transactions aborted.
+transactional id) against the real transaction coordinator core (broker/txn/core.py over the
+state machine, broker/txn/state.py) and real partition logs (broker/storage, their producer
+state) under faults, checked for KIP-98's guarantees (txn_checkers.py): no transaction both
+committed and aborted, every partition of an ended transaction given its marker, read_committed
+views showing committed transactions only and whole, fenced producers and coordinators kept
+out, producer epochs never going back, timed-out transactions aborted.
 
 Seeds: `EPOCHLOG_TXN_SIM_SEEDS=START:COUNT` picks the range (default 0:1000; about 30 s on 2 idle
 cores); a failure prints the command that replays it with a trace

@@ -1,12 +1,12 @@
 """A simulated broker of the transaction simulation: leader of some data partitions (real logs,
-txn_partitions.py) and, while it leads `__transaction_state`, the transaction coordinator
-(txn_coordinator.py).
+txn_partitions.py) and, while it leads `__transaction_state`, the transaction coordinator (the
+real core, driven by txn_coordinator.py's `Coordinator`).
 
 Requests it serves, as the real handlers would answer them:
 - FIND (the simulation's FindCoordinator with key type 1): the coordinator of the moment, from
   any broker (COORDINATOR_NOT_AVAILABLE between leaders);
-- InitProducerId v3, AddPartitionsToTxn v3, EndTxn v3 (the real messages): the shard's, or
-  NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS;
+- InitProducerId v3, AddPartitionsToTxn v3, EndTxn v3 (the real messages): the core's answers
+  (NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS included);
 - PRODUCE (the simulation's: one partition, one real transactional batch; the answer is
   (error, base offset)), appended as produce.py's `append` does;
 - WriteTxnMarkers v1 (the real message): each partition's marker appended as
@@ -21,6 +21,7 @@ import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from epochlog.broker.txn.core import ProducerIdAndEpoch
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.add_partitions_to_txn import (
     AddPartitionsToTxnPartitionResult,
@@ -42,7 +43,7 @@ from epochlog.protocol.error_codes import ErrorCode as E
 from epochlog.protocol.records import decode_batch
 
 from .scheduler import Node, Scheduler
-from .txn_coordinator import CoordinatorShard, TxnLog
+from .txn_coordinator import Coordinator, TxnLog
 from .txn_partitions import PartitionStore
 
 if TYPE_CHECKING:
@@ -65,39 +66,32 @@ class TxnBroker(Node):
         self.broken = broken
         self.store = PartitionStore(os.path.join(data_dir, f"broker{node_id}"), tps, sim.clock,
                                     segment_bytes)
-        self.shard: CoordinatorShard | None = None
-        self.loading_epoch = -1
+        self.coordinator: Coordinator | None = None  # this process life's
 
     # ------------------------------------------------------------------------ lifecycle
     def on_start(self) -> None:
         self.store.open(self.life, skip_marker_check=self.broken == "no_marker_check")
+        self.coordinator = Coordinator(self)
+        self.coordinator.after_event()  # its first tick
 
     def on_crash(self) -> None:
         self.network.crashed(self)  # the kernel closes our connections at once
         self.store.close()
-        self.shard = None
-        self.loading_epoch = -1
+        self.coordinator = None
         self.txn_log.lost(self.node_id)
 
-    def lead(self, epoch: int) -> None:
-        """We lead `__transaction_state` at `epoch` (unless a newer election came first)."""
-        self.loading_epoch = -1
-        if epoch != self.txn_log.epoch:
-            return
-        self.txn_log.leader = self.node_id
-        self.shard = CoordinatorShard(self, epoch)
-        self.shard.load()
+    def after_event(self) -> None:
+        if self.coordinator is not None:
+            self.coordinator.after_event()
 
     def not_leader(self, epoch: int) -> None:
         """A LeaderAndIsr of `epoch` names another leader of `__transaction_state`."""
-        if self.shard is not None and self.shard.epoch < epoch:
-            self.sim.log(f"{self.name}: unloaded the transactional ids (epoch "
-                         f"{self.shard.epoch})")
-            self.shard = None
+        if self.coordinator is not None:
+            self.coordinator.not_leader(epoch)
 
     @property
     def loading(self) -> bool:
-        return self.shard is None and self.loading_epoch == self.txn_log.epoch
+        return self.coordinator is not None and self.coordinator.loading
 
     # ------------------------------------------------------------------------ requests
     def serve(self, key: int, version: int, request: Any, reply: Callable[[Any], None],
@@ -110,11 +104,8 @@ class TxnBroker(Node):
         elif key == ApiKey.WRITE_TXN_MARKERS:
             reply(self._markers(request))
         else:
-            shard = self.shard
-            error = E.COORDINATOR_LOAD_IN_PROGRESS if self.loading or (
-                shard is not None and shard.loading) else E.NOT_COORDINATOR
-            _COORDINATOR_HANDLERS[key](shard if shard is not None and not shard.loading
-                                       else None, request, reply, error)
+            assert self.coordinator is not None
+            _COORDINATOR_HANDLERS[key](self.coordinator, request, reply)
 
     def _produce(self, tp: TP, batch: bytes) -> tuple[int, int]:
         if tp not in self.store.logs:
@@ -164,42 +155,37 @@ class TxnBroker(Node):
         return 0
 
 
-def _init(shard: CoordinatorShard | None, req: InitProducerIdRequest,
-          reply: Callable[[Any], None], error: int) -> None:
-    if shard is None:
-        reply(InitProducerIdResponse(error_code=error, producer_id=-1, producer_epoch=-1))
-        return
+def _init(c: Coordinator, req: InitProducerIdRequest, reply: Callable[[Any], None]) -> None:
+    tid = req.transactional_id or ""
     expected = (req.producer_id, req.producer_epoch) if req.producer_id >= 0 else None
-    shard.init_producer_id(
-        req.transactional_id or "", req.transaction_timeout_ms, expected,
-        lambda e, pid, epoch: reply(InitProducerIdResponse(error_code=e, producer_id=pid,
-                                                           producer_epoch=epoch)))
+
+    def answer(r: ProducerIdAndEpoch) -> None:
+        if not r.error:
+            c.checkers.handed_out(tid, r.producer_id, r.producer_epoch)
+        reply(InitProducerIdResponse(error_code=r.error, producer_id=r.producer_id,
+                                     producer_epoch=r.producer_epoch))
+
+    c.ask(answer, lambda token: c.core.init_producer_id(c.now(), tid, req.transaction_timeout_ms,
+                                                        expected, token))
 
 
-def _add(shard: CoordinatorShard | None, req: AddPartitionsToTxnRequest,
-         reply: Callable[[Any], None], error: int) -> None:
+def _add(c: Coordinator, req: AddPartitionsToTxnRequest, reply: Callable[[Any], None]) -> None:
     def answer(e: int) -> None:
         reply(AddPartitionsToTxnResponse(results_by_topic_v3_and_below=[
             AddPartitionsToTxnTopicResult(name=t.name, results_by_partition=[
                 AddPartitionsToTxnPartitionResult(partition_index=p, partition_error_code=e)
                 for p in t.partitions]) for t in req.v3_and_below_topics]))
 
-    if shard is None:
-        answer(error)
-        return
-    shard.add_partitions(req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
-                         req.v3_and_below_producer_epoch,
-                         [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions],
-                         answer)
+    c.ask(answer, lambda token: c.core.add_partitions(
+        c.now(), req.v3_and_below_transactional_id, req.v3_and_below_producer_id,
+        req.v3_and_below_producer_epoch,
+        [(t.name, p) for t in req.v3_and_below_topics for p in t.partitions], token))
 
 
-def _end(shard: CoordinatorShard | None, req: EndTxnRequest, reply: Callable[[Any], None],
-         error: int) -> None:
-    if shard is None:
-        reply(EndTxnResponse(error_code=error))
-        return
-    shard.end_txn(req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
-                  lambda e: reply(EndTxnResponse(error_code=e)))
+def _end(c: Coordinator, req: EndTxnRequest, reply: Callable[[Any], None]) -> None:
+    c.ask(lambda e: reply(EndTxnResponse(error_code=e)), lambda token: c.core.end_txn(
+        c.now(), req.transactional_id, req.producer_id, req.producer_epoch, req.committed,
+        token))
 
 
 _COORDINATOR_HANDLERS: dict[int, Callable[..., None]] = {

@@ -1,37 +1,41 @@
-"""The simulated transaction coordinator: the real `TxnState` driven as
+"""The simulated transaction coordinator: the broker's real `TxnCore` driven as
 broker/txn/coordinator.py drives it, and the `__transaction_state` log it writes to.
 
 Theory of operation
 -------------------
-`TxnLog` is the one `__transaction_state` partition: durable records in Kafka's layouts
-(log_records.txn_key / txn_value, read back with log_records.parse), a leader epoch (the
-coordinator epoch), and the appends in flight. Its leader is the coordinator. `move(to)` is a
-leader election: the epoch goes up at once, so an append of the old leader still in flight fails
-(but, as an acks=all append that reached the new leader before the election does, sometimes
-survives: it is in the log the new leader loads, and its writer is answered an error all the
-same); the old leader hears of it one LeaderAndIsr later (queued while it is paused: a zombie
-coordinator acts on its stale state until then); the new leader loads the log after a gap.
+`TxnLog` is the one `__transaction_state` partition: durable records in Kafka's layouts (as the
+core writes them; read back by the core's real load), a leader epoch (the coordinator epoch),
+and the appends in flight. Its leader is the coordinator. `move(to)` is a leader election: the
+epoch goes up at once, so an append of the old leader still in flight fails (but, as an acks=all
+append that reached the new leader before the election does, sometimes survives: it is in the
+log the new leader loads, and its writer is answered an error all the same); the old leader
+hears of it one LeaderAndIsr later (queued while it is paused: a zombie coordinator acts on its
+stale state until then); the new leader is told at once (LOADING) and loads the log after a gap.
 
-`CoordinatorShard` is coordinator.py's `TxnShard` plus the code around it, on one broker:
-LOADING (requests get COORDINATOR_LOAD_IN_PROGRESS) while the log replays into a fresh
-`TxnState`, then every id left in Prepare* is completed. A request is the state machine's
-`Answer`: an error at once, or a transition appended to the log (a delay), then `written()`
-(or `write_failed()`) and the answer. Ending a transaction: Prepare* written, the markers sent
-(txn_markers.py), then `markers_written()`'s Complete* written, retried while leading. A timer
-aborts the transactions past their timeout (`timed_out`, `abort_timed_out`) every TICK_MS.
+`Coordinator` is one broker life's driver of the real core (core.py; core_driver.py does what
+both simulations' drivers do alike), as coordinator.py is in the broker: requests become the
+core's events under a token and are answered by its `Resolve`; an `Append` goes to the log (a
+delay, then `appended`); a `Load` replays the log; `WriteMarkers` is sent by txn_markers.py's
+`MarkerSender`, its outcome given back (`markers_done`, `markers_given_up`); `CoordinatorAbort`
+tells the checkers which producer epoch is fenced; the core is ticked at its
+`next_deadline_ms()`. Every decision (what to write, when to answer, the
+second phase and its retries, timeouts, completing what a load finds in Prepare*) is the real
+code's; the timings are scaled down (TICK_MS, RETRY_*).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from epochlog.broker.coordinator_shards import Append, Load
 from epochlog.broker.txn import log_records
-from epochlog.broker.txn.log_records import Status, TxnLogEntry
-from epochlog.broker.txn.state import PREPARED, TxnState
+from epochlog.broker.txn.core import CoordinatorAbort, TxnCore, WriteMarkers
+from epochlog.broker.txn.state import PREPARED
 from epochlog.protocol.error_codes import ErrorCode as E
 
+from .core_driver import CoreDriver
 from .txn_markers import MarkerSender
 
 if TYPE_CHECKING:
@@ -42,17 +46,18 @@ if TYPE_CHECKING:
 APPEND_MS_MIN, APPEND_MS_MAX = 1, 8
 LOAD_MS_MIN, LOAD_MS_MAX = 10, 80
 NOTICE_MS_MIN, NOTICE_MS_MAX = 1, 20  # the LeaderAndIsr telling the old leader
-TICK_MS = 100  # coordinator.py's TICK_MS (1 s), scaled down
-RETRY_FIRST_MS, RETRY_MAX_MS = 20, 200
+TICK_MS = 100  # core.py's TICK_MS (1 s), scaled down
+RETRY_FIRST_MS, RETRY_MAX_MS = 20, 200  # core.py's 50 ms and 1 s
 TIMEOUT_MAX_MS = 60_000
+EXPIRATION_MS = 7 * 24 * 3600 * 1000  # transactional.id.expiration.ms: no id expires here
+INDEX = 0  # the one `__transaction_state` partition
 SURVIVES = 0.5  # the chance that an append in flight at an election is in the new log
 PRODUCER_ID_FIRST = 1000
 
 
 @dataclass
 class _Append:
-    tid: str
-    entry: TxnLogEntry
+    records: list[tuple[bytes, bytes | None]]
     epoch: int
     done: Callable[[int], None]
 
@@ -63,7 +68,7 @@ class TxnLog:
     def __init__(self, sim: Scheduler, checkers: TxnCheckers) -> None:
         self.sim = sim
         self.checkers = checkers
-        self.records: list[tuple[bytes, bytes]] = []
+        self.records: list[tuple[bytes, bytes | None]] = []
         self.epoch = 0
         self.leader: int | None = None
         self.brokers: dict[int, TxnBroker] = {}
@@ -79,12 +84,12 @@ class TxnLog:
         return self._next_producer_id
 
     # ------------------------------------------------------------------------ appends
-    def append(self, tid: str, entry: TxnLogEntry, epoch: int,
+    def append(self, records: list[tuple[bytes, bytes | None]], epoch: int,
                done: Callable[[int], None]) -> None:
-        """Append one record as the leader of `epoch`; done(error) when it is replicated or
+        """Append records as the leader of `epoch`; done(error) when they are replicated or
         failed (in the simulation's time; the caller gets it when it runs)."""
         self._next_append += 1
-        self._inflight[self._next_append] = _Append(tid, entry, epoch, done)
+        self._inflight[self._next_append] = _Append(records, epoch, done)
         self.sim.after(self.sim.rng.randint(APPEND_MS_MIN, APPEND_MS_MAX), self._replicated,
                        self._next_append)
 
@@ -95,16 +100,21 @@ class TxnLog:
         if a.epoch != self.epoch:
             a.done(E.NOT_LEADER_OR_FOLLOWER)
             return
-        self._durable(a.tid, a.entry)
+        self._durable(a.records)
         a.done(0)
 
-    def _durable(self, tid: str, entry: TxnLogEntry) -> None:
-        self.records.append((log_records.txn_key(tid), log_records.txn_value(entry)))
-        self.sim.log(f"txn log: {tid} {entry.status.kafka_name} producer {entry.producer_id} "
-                     f"epoch {entry.producer_epoch} {sorted(entry.partitions)}")
-        self.checkers.logged(tid, entry)
-        if entry.status in PREPARED and self.leader is not None:
-            self.on_phase("prepared", self.leader)
+    def _durable(self, records: list[tuple[bytes, bytes | None]]) -> None:
+        for key, value in records:
+            self.records.append((key, value))
+            tid, entry = log_records.parse(key, value, len(self.records) - 1)
+            if entry is None:
+                continue
+            self.sim.log(f"txn log: {tid} {entry.status.kafka_name} producer "
+                         f"{entry.producer_id} epoch {entry.producer_epoch} "
+                         f"{sorted(entry.partitions)}")
+            self.checkers.logged(tid, entry)
+            if entry.status in PREPARED and self.leader is not None:
+                self.on_phase("prepared", self.leader)
 
     # ------------------------------------------------------------------------ elections
     def move(self, to: int) -> None:
@@ -115,7 +125,7 @@ class TxnLog:
             # only the leader of the moment replicates: a stale leader's append is lost
             if a.epoch == self.epoch and self.sim.rng.random() < SURVIVES:
                 self.survived += 1
-                self._durable(a.tid, a.entry)
+                self._durable(a.records)
             a.done(E.NOT_LEADER_OR_FOLLOWER)
         self.epoch += 1
         self.moves += 1
@@ -125,9 +135,8 @@ class TxnLog:
             self.sim.after(self.sim.rng.randint(NOTICE_MS_MIN, NOTICE_MS_MAX), broker.execute,
                            broker.life, broker.not_leader, self.epoch)
         new = self.brokers[to]
-        new.loading_epoch = self.epoch
-        self.sim.after(self.sim.rng.randint(LOAD_MS_MIN, LOAD_MS_MAX), new.execute, new.life,
-                       new.lead, self.epoch)
+        if new.coordinator is not None:
+            new.coordinator.lead(self.epoch)
 
     def lost(self, broker_id: int) -> None:
         """The leader's process died: no leader until the next election."""
@@ -135,165 +144,99 @@ class TxnLog:
             self.leader = None
 
 
-class CoordinatorShard:
-    """Our leadership of `__transaction_state` at one epoch, and its ids."""
+class Coordinator(CoreDriver):
+    """The real transaction coordinator core on one broker, for one process life."""
 
-    def __init__(self, broker: TxnBroker, epoch: int) -> None:
+    def __init__(self, broker: TxnBroker) -> None:
+        super().__init__(broker)
         self.broker = broker
         self.log = broker.txn_log
-        self.epoch = epoch
-        self.state = TxnState(self.log.new_producer_id, TIMEOUT_MAX_MS)
-        self.loading = True
-        self._completing: set[str] = set()
+        self.core = TxnCore(self.log.new_producer_id, partition_of=lambda tid: INDEX,
+                            timeout_max_ms=TIMEOUT_MAX_MS, expiration_ms=EXPIRATION_MS,
+                            expiration_check_ms=EXPIRATION_MS, check_ms=TICK_MS,
+                            retry_first_ms=RETRY_FIRST_MS, retry_max_ms=RETRY_MAX_MS)
 
     @property
     def checkers(self) -> TxnCheckers:
         return self.log.checkers
 
-    def now(self) -> int:
-        return self.broker.sim.now_ms
+    @property
+    def loading(self) -> bool:
+        shard = self.core.shards.get(INDEX)
+        return shard is not None and shard.loading
 
-    def current(self) -> bool:
-        return self.broker.shard is self
+    def leads(self, leader_epoch: int) -> bool:
+        """Whether this life still holds the shard of leader_epoch (the markers' still_leading)."""
+        shard = self.core.shards.get(INDEX)
+        return (self.broker.coordinator is self and shard is not None
+                and shard.leader_epoch == leader_epoch)
 
-    def load(self) -> None:
+    # ------------------------------------------------------------------------ the core's
+    def next_deadline_ms(self) -> int | None:
+        return self.core.next_deadline_ms()
+
+    def tick(self) -> list[Any]:
+        return self.core.tick(self.now())
+
+    def perform(self, action: Any) -> None:
+        if isinstance(action, Append):
+            self._append(action)
+        elif isinstance(action, WriteMarkers):
+            self._write_markers(action)
+        elif isinstance(action, CoordinatorAbort):
+            self.checkers.aborted_by_coordinator(action.producer_id, action.producer_epoch,
+                                                 action.why)
+        else:
+            assert isinstance(action, Load), action
+            took_ms = self.node.sim.rng.randint(LOAD_MS_MIN, LOAD_MS_MAX)
+            self.node.timer(took_ms, self._load, action, took_ms)
+
+    # ------------------------------------------------------------------------ partition states
+    def lead(self, epoch: int) -> None:
+        """We lead `__transaction_state` at epoch: LOADING, the log read after a gap."""
+        self.run(self.core.partition_applied(INDEX, epoch))
+
+    def not_leader(self, epoch: int) -> None:
+        """A LeaderAndIsr of `epoch` names another leader of `__transaction_state`."""
+        shard = self.core.shards.get(INDEX)
+        if shard is not None and shard.leader_epoch < epoch:
+            self.run(self.core.partition_applied(INDEX, None))
+
+    def _load(self, load: Load, took_ms: int) -> None:
         for offset, (key, value) in enumerate(self.log.records):
-            tid, entry = log_records.parse(key, value, offset)
-            self.state.load(tid, entry)
-        self.loading = False
-        self.broker.sim.log(f"{self.broker.name}: loaded {len(self.state.ids)} transactional "
-                            f"ids at epoch {self.epoch}")
-        for tid in self.state.unfinished():
-            self.complete_soon(tid)
-        self.broker.timer(TICK_MS, self._tick)
+            self.core.replay(INDEX, load.leader_epoch, offset, key, value)
+        actions = self.core.loaded(self.now(), INDEX, load.leader_epoch, 0, len(self.log.records),
+                                   took_ms)
+        if self.leads(load.leader_epoch) and load.leader_epoch == self.log.epoch:
+            self.log.leader = self.broker.node_id
+        self.run(actions)
 
     # ------------------------------------------------------------------------ the log
-    def _write(self, tid: str, entry: TxnLogEntry, then: Callable[[int], None]) -> None:
+    def _append(self, a: Append) -> None:
         life = self.broker.life
 
-        def appended(error: int) -> None:
-            self.broker.execute(life, self._written, tid, entry, error, then)
+        def replicated(error: int) -> None:
+            self.broker.execute(life, self._appended, a, a.errors.get(error, error))
 
-        self.log.append(tid, entry, self.epoch, appended)
+        self.log.append(list(a.records), a.leader_epoch, replicated)
 
-    def _written(self, tid: str, entry: TxnLogEntry, error: int,
-                 then: Callable[[int], None]) -> None:
-        error = E.NOT_COORDINATOR if error == E.NOT_LEADER_OR_FOLLOWER else error
-        if not self.current():
-            then(error or E.NOT_COORDINATOR)  # unloaded meanwhile: the new leader reloads it
-            return
-        if error:
-            self.state.write_failed(tid)
-            then(error)
-            return
-        self.state.written(tid, entry)
-        then(0)
-
-    # ------------------------------------------------------------------------ requests
-    def init_producer_id(self, tid: str, timeout_ms: int, expected: tuple[int, int] | None,
-                         reply: Callable[[int, int, int], None]) -> None:
-        answer = self.state.init_producer_id(tid, timeout_ms, self.now(), expected)
-        write = answer.write
-        if write is None:
-            reply(answer.error, answer.producer_id, answer.producer_epoch)
-            return
-
-        def written(error: int) -> None:
-            if error:
-                reply(error, -1, -1)
-                return
-            if write.status in PREPARED:  # fenced an open transaction: abort it
-                self.checkers.aborted_by_coordinator(write.producer_id,
-                                                     write.producer_epoch - 1, "fenced")
-                self.complete_soon(tid)
-            elif not answer.error:
-                self.checkers.handed_out(tid, answer.producer_id, answer.producer_epoch)
-            reply(answer.error, answer.producer_id, answer.producer_epoch)
-
-        self._write(tid, write, written)
-
-    def add_partitions(self, tid: str, producer_id: int, producer_epoch: int,
-                       partitions: list[tuple[str, int]], reply: Callable[[int], None]) -> None:
-        answer = self.state.add_partitions(tid, producer_id, producer_epoch, partitions,
-                                           self.now())
-        if answer.write is None:
-            reply(answer.error)
-            return
-        self._write(tid, answer.write, reply)
-
-    def end_txn(self, tid: str, producer_id: int, producer_epoch: int, commit: bool,
-                reply: Callable[[int], None]) -> None:
-        answer = self.state.end_txn(tid, producer_id, producer_epoch, commit, self.now())
-        if answer.write is None:
-            reply(answer.error)
-            return
-
-        def written(error: int) -> None:
-            if not error:
-                self.complete_soon(tid)
-            reply(error or answer.error)
-
-        self._write(tid, answer.write, written)
+    def _appended(self, a: Append, error: int) -> None:
+        self.run(self.core.appended(self.now(), a.append_id, error, 0))
 
     # ------------------------------------------------------------------ the second phase
-    def complete_soon(self, tid: str) -> None:
-        if tid in self._completing:
-            return
-        m = self.state.ids.get(tid)
-        if m is None or m.status not in PREPARED:
-            return
-        self._completing.add(tid)
-        entry = m.entry
+    def _write_markers(self, w: WriteMarkers) -> None:
         b = self.broker
         if b.broken == "complete_without_markers":
-            self._finish(tid, RETRY_FIRST_MS)
+            self.run(self.core.markers_done(self.now(), w))
             return
-        MarkerSender(b, b.network, len(self.log.brokers), entry.producer_id,
-                     entry.producer_epoch, entry.status is Status.PREPARE_COMMIT, self.epoch,
-                     entry.partitions, self.current,
-                     lambda outcome: self._markers_sent(tid, outcome)).start()
+        MarkerSender(b, b.network, len(self.log.brokers), w,
+                     lambda: self.leads(w.leader_epoch),
+                     lambda outcome, fenced: self._markers_sent(w, outcome, fenced)).start()
 
-    def _markers_sent(self, tid: str, outcome: str) -> None:
-        if outcome != "written":
-            self.checkers.count(f"markers_{outcome}")
-            self._completing.discard(tid)
+    def _markers_sent(self, w: WriteMarkers, outcome: str, fenced: str | None) -> None:
+        if outcome == "written":
+            self.log.on_phase("markers_written", self.broker.node_id)
+            self.run(self.core.markers_done(self.now(), w))
             return
-        self.log.on_phase("markers_written", self.broker.node_id)
-        self._finish(tid, RETRY_FIRST_MS)
-
-    def _finish(self, tid: str, delay_ms: int) -> None:
-        if not self.current():
-            self._completing.discard(tid)
-            return
-        answer = self.state.markers_written(tid, self.now())
-        if answer.write is None:
-            self._completing.discard(tid)
-            return
-
-        def written(error: int) -> None:
-            if not error:
-                self._completing.discard(tid)
-            else:
-                self.broker.timer(delay_ms, self._finish, tid, min(delay_ms * 2, RETRY_MAX_MS))
-
-        self._write(tid, answer.write, written)
-
-    # ------------------------------------------------------------------------ timeouts
-    def _tick(self) -> None:
-        if not self.current():
-            return
-        now = self.now()
-        for tid in self.state.timed_out(now):
-            answer = self.state.abort_timed_out(tid, now)
-            if answer.write is not None:
-                self._abort(tid, answer.write)
-        self.broker.timer(TICK_MS, self._tick)
-
-    def _abort(self, tid: str, entry: TxnLogEntry) -> None:
-        def written(error: int) -> None:
-            if not error:
-                self.checkers.aborted_by_coordinator(entry.producer_id,
-                                                     entry.producer_epoch - 1, "timed out")
-                self.complete_soon(tid)
-
-        self._write(tid, entry, written)
+        self.checkers.count(f"markers_{outcome}")
+        self.run(self.core.markers_given_up(w, fenced))

@@ -28,7 +28,6 @@ Replay: `python -m tests.sim --txn SEED --verbose`.
 from __future__ import annotations
 
 import dataclasses
-import logging
 import os
 import random
 import shutil
@@ -42,6 +41,7 @@ from epochlog.broker.txn import state
 from .network import Network
 from .result import SimResult
 from .scheduler import Scheduler
+from .trace import real_logs
 from .txn_broker import TxnBroker
 from .txn_checkers import TxnCheckers
 from .txn_coordinator import TxnLog
@@ -184,18 +184,6 @@ class TxnSimulation:
                 **{k: c.get(k, 0) for k in keep}}
 
 
-class _TraceStream:
-    def __init__(self, trace: list[str]) -> None:
-        self.trace = trace
-
-    def write(self, text: str) -> None:
-        if text.strip():
-            self.trace.append(text.rstrip())
-
-    def flush(self) -> None:
-        pass
-
-
 def _scratch_root() -> str | None:
     return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
@@ -206,20 +194,15 @@ def run_txn_seed(seed: int, settings: TxnSimSettings | None = None,
     result = TxnResult(seed, settings)
     data_dir = tempfile.mkdtemp(prefix=f"epochlog-txnsim-{seed}-", dir=_scratch_root())
     sim: TxnSimulation | None = None
-    handler: logging.Handler | None = None
     epoch_max, state.EPOCH_MAX = state.EPOCH_MAX, settings.epoch_max  # read at every bump
     try:
         sim = TxnSimulation(seed, settings, data_dir, verbose)
-        if verbose:
-            handler = logging.StreamHandler(_TraceStream(sim.trace))
-            logging.getLogger("epochlog").addHandler(handler)
-        sim.run()
+        with real_logs(sim.sim, sim.trace, verbose):
+            sim.run()
     except Exception:
         result.error = traceback.format_exc(limit=12)
     finally:
         state.EPOCH_MAX = epoch_max
-        if handler is not None:
-            logging.getLogger("epochlog").removeHandler(handler)
         if sim is not None:
             for broker in sim.brokers.values():
                 broker.store.close()

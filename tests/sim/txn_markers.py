@@ -1,28 +1,23 @@
-"""The coordinator's second phase on the simulated network: `MarkerSender` mirrors
-broker/txn/markers.py's `MarkerWriter.write`.
+"""The coordinator's second phase on the simulated network: `MarkerSender` carries out the core's
+`WriteMarkers` by driving the broker's `MarkersLeft` (broker/txn/markers_left.py: which
+partitions are done, a newer coordinator's marker stopping us, the backoff between rounds) as
+markers.py's `MarkerWriter.write` does.
 
-One WriteTxnMarkers (the real request, through the real codec now and then) to each leader of
-the transaction's partitions left, all at once; a partition is done when its leader answers NONE
-or INVALID_PRODUCER_EPOCH (a later epoch's marker is there); TRANSACTION_COORDINATOR_FENCED stops
-the sender (a newer coordinator wrote there); anything else, a lost connection or a timeout
-included, is tried again after a backoff (RETRY_FIRST_MS doubling to RETRY_MAX_MS) for as long
-as the coordinator still leads (`still_leading`). The outcome goes to `done`: "written",
-"stopped" (no longer leading) or "fenced".
+Each round, one WriteTxnMarkers (the real request, through the real codec now and then) to each
+leader of the transaction's partitions left, all at once, while the coordinator still leads
+(`still_leading`); a lost connection or a timeout is an answer that never came. The outcome goes
+to `done`: "written", "stopped" (no longer leading) or "fenced" (with where).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from epochlog.broker.txn.core import WriteMarkers
+from epochlog.broker.txn.markers_left import MarkersLeft
 from epochlog.protocol.api_keys import ApiKey
-from epochlog.protocol.apis.write_txn_markers import (
-    WritableTxnMarker,
-    WritableTxnMarkerTopic,
-    WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
-)
-from epochlog.protocol.error_codes import ErrorCode as E
+from epochlog.protocol.apis.write_txn_markers import WriteTxnMarkersResponse
 
 from .txn_partitions import leader_of
 
@@ -31,71 +26,50 @@ if TYPE_CHECKING:
     from .scheduler import Node
 
 TP = tuple[str, int]
-RETRY_FIRST_MS = 20  # markers.py's 50 ms and 1 s, scaled down as the sim's other timeouts
+RETRY_FIRST_MS = 20  # markers_left.py's 50 ms and 1 s, scaled down as the sim's other timeouts
 RETRY_MAX_MS = 200
 REQUEST_TIMEOUT_MS = 400
 VERSION = 1
 
 
 class MarkerSender:
-    def __init__(self, node: Node, network: Network, brokers: int, producer_id: int,
-                 producer_epoch: int, commit: bool, coordinator_epoch: int,
-                 partitions: Iterable[TP], still_leading: Callable[[], bool],
-                 done: Callable[[str], None]) -> None:
+    def __init__(self, node: Node, network: Network, brokers: int, w: WriteMarkers,
+                 still_leading: Callable[[], bool], done: Callable[[str, str | None], None]
+                 ) -> None:
         self.node = node
         self.network = network
         self.brokers = brokers
-        self.marker = (producer_id, producer_epoch, commit, coordinator_epoch)
-        self.left = set(partitions)
+        self.markers = MarkersLeft(w.transactional_id, w.producer_id, w.producer_epoch,
+                                   w.commit, w.leader_epoch, w.partitions,
+                                   retry_first_ms=RETRY_FIRST_MS, retry_max_ms=RETRY_MAX_MS)
         self.still_leading = still_leading
         self.done = done
-        self.delay_ms = RETRY_FIRST_MS
         self._waiting = 0
-        self._fenced = False
 
     def start(self) -> None:
-        if not self.left:
-            self.done("written")
+        if not self.markers.left:
+            self.done("written", None)
             return
         if not self.still_leading():
-            self.done("stopped")
+            self.done("stopped", None)
             return
         by_leader: dict[int, list[TP]] = {}
-        for tp in sorted(self.left):
+        for tp in sorted(self.markers.left):
             by_leader.setdefault(leader_of(tp, self.brokers), []).append(tp)
         self._waiting = len(by_leader)
         for leader, tps in by_leader.items():
             self.network.call(self.node, leader, ApiKey.WRITE_TXN_MARKERS, VERSION,
-                              self._request(tps), REQUEST_TIMEOUT_MS, self._answered,
+                              self.markers.request(tps), REQUEST_TIMEOUT_MS, self._answered,
                               lambda _why: self._answered(None))
 
-    def _request(self, tps: list[TP]) -> WriteTxnMarkersRequest:
-        producer_id, producer_epoch, commit, coordinator_epoch = self.marker
-        by_topic: dict[str, list[int]] = {}
-        for topic, index in tps:
-            by_topic.setdefault(topic, []).append(index)
-        return WriteTxnMarkersRequest(markers=[WritableTxnMarker(
-            producer_id=producer_id, producer_epoch=producer_epoch, transaction_result=commit,
-            coordinator_epoch=coordinator_epoch,
-            topics=[WritableTxnMarkerTopic(name=t, partition_indexes=ps)
-                    for t, ps in by_topic.items()])])
-
     def _answered(self, answer: WriteTxnMarkersResponse | None) -> None:
-        for result in answer.markers if answer is not None else ():
-            for topic in result.topics:
-                for p in topic.partitions:
-                    tp = (topic.name, p.partition_index)
-                    if p.error_code in (0, E.INVALID_PRODUCER_EPOCH):
-                        self.left.discard(tp)
-                    elif p.error_code == E.TRANSACTION_COORDINATOR_FENCED:
-                        self._fenced = True
+        self.markers.answered(answer)
         self._waiting -= 1
         if self._waiting:
             return
-        if self._fenced:
-            self.done("fenced")
-        elif not self.left:
-            self.done("written")
+        if self.markers.fenced is not None:
+            self.done("fenced", self.markers.fenced)
+        elif not self.markers.left:
+            self.done("written", None)
         else:
-            self.node.timer(self.delay_ms, self.start)
-            self.delay_ms = min(self.delay_ms * 2, RETRY_MAX_MS)
+            self.node.timer(self.markers.retry_after_ms(), self.start)
