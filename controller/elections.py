@@ -92,31 +92,30 @@ def after_leader_loss(p: Partition, eligible: Eligible, live: Live, *, unclean: 
     ISR, then the ELR and the last known ELR, then (unclean) any replica. None: the ISR kept."""
     failed = p.leader if p.leader != NO_LEADER else None
     new, source = pick_leader(p, eligible, exclude=failed, unclean=unclean)
-    if new == NO_LEADER:
-        return Choice(NO_LEADER, NOWHERE, p.isr)
-    if source == FROM_ISR:
-        return Choice(new, source, isr_with_leader(p, new, failed, live))
-    return Choice(new, source, (new,))
+    return _taking_over(p, new, source, failed, live)
 
 
 def at_shutdown(p: Partition, eligible: Eligible, live: Live, leaving: int) -> Choice:
     """Controlled shutdown of `leaving`, the leader: another ISR member only (nothing else is as
     clean, and the leader is still there to wait for). None: the ISR kept."""
     new, source = pick_leader(p, eligible, exclude=leaving, unclean=False, elr=False)
-    if new == NO_LEADER:
-        return Choice(NO_LEADER, NOWHERE, p.isr)
-    return Choice(new, source, isr_with_leader(p, new, leaving, live))
+    return _taking_over(p, new, source, leaving, live)
 
 
 def unclean_by_admin(p: Partition, eligible: Eligible, live: Live) -> Choice:
     """ElectLeaders type 1, for a partition with no eligible leader: as after a leader loss, but
-    unclean allowed whatever the topic says. The ISR with the leader for an ISR member; alone
-    for any other (the ELR, the last known ELR, unclean)."""
+    unclean allowed whatever the topic says."""
     new, source = pick_leader(p, eligible, exclude=None, unclean=True)
+    return _taking_over(p, new, source, None, live)
+
+
+def _taking_over(p: Partition, new: int, source: str, leaving: int | None, live: Live) -> Choice:
+    """The ISR `new` leads with: an ISR member with the ISR's live members (minus `leaving`);
+    any other alone (the ELR, the last known ELR, unclean). No leader: the ISR kept."""
     if new == NO_LEADER:
         return Choice(NO_LEADER, NOWHERE, p.isr)
     if source == FROM_ISR:
-        return Choice(new, source, isr_with_leader(p, new, None, live))
+        return Choice(new, source, isr_with_leader(p, new, leaving, live))
     return Choice(new, source, (new,))
 
 
