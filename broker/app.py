@@ -33,6 +33,7 @@ from epochlog.protocol.apis.create_topics import CreatableTopic, CreateTopicsReq
 from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.topic_names import valid_topic_name
 
+from .clock import monotonic_ms, wall_clock_ms
 from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig, parse_host_port
 from .control_hold import ControlHold, HoldAction, Judge
 from .controller_link import ControllerLink, ControllerLinkClosed, ControllerUnavailable
@@ -64,13 +65,6 @@ CLEANER_PASSES_PER_WAKE_MAX = 16  # then the cleaner sleeps its interval again
 DURABLE_RETRY_MS_MIN, DURABLE_RETRY_MS_MAX, DURABLE_REMIND_MS = 500, 10_000, 60_000
 
 
-def wall_clock_ms() -> int:
-    """Storage compares record timestamps (wall time) with now, for retention and segment_ms."""
-    return time.time_ns() // 1_000_000
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class Broker:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -49,6 +48,7 @@ from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.registry import APIS
 from epochlog.protocol.schema import Message
 
+from .clock import monotonic_ms
 from .config import BrokerConfig
 from .controller_session import Action as SessionAction
 from .controller_session import (
@@ -68,9 +68,6 @@ log = logging.getLogger("epochlog.broker")
 CONNECTION_CHECK_MS = 50
 HEARTBEAT_TIMEOUT_MS_MIN = 500
 
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class ControllerUnavailable(ConnectionError):
@@ -248,17 +245,17 @@ class ControllerLink:
         session = self.session
         while not self._stopping.is_set():
             self._wake.clear()
-            now = self.clock()
+            now_ms = self.clock()
             if self._soon:
                 self._soon = False
-                return session.heartbeat_soon(now)
+                return session.heartbeat_soon(now_ms)
             conn = self._conns.get("heartbeat")
             if session.watching and conn is not None and conn.closed:
-                return session.connection_closed(now)
+                return session.connection_closed(now_ms)
             deadline = session.next_deadline_ms()
-            if deadline is not None and deadline <= now:
-                return session.tick(now)
-            wait_ms = None if deadline is None else deadline - now
+            if deadline is not None and deadline <= now_ms:
+                return session.tick(now_ms)
+            wait_ms = None if deadline is None else deadline - now_ms
             if session.watching and (wait_ms is None or wait_ms > CONNECTION_CHECK_MS):
                 wait_ms = CONNECTION_CHECK_MS
             try:

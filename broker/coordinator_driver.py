@@ -23,10 +23,10 @@ and carries out the actions of its own (`_perform`).
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from .clock import monotonic_ms
 from .coordinator_shards import Append, Load, Resolve, Shards
 
 if TYPE_CHECKING:
@@ -37,12 +37,6 @@ T = TypeVar("T")
 TICK_MS_MAX = 1000  # the timer looks at least this often (shards lost without a listener)
 
 
-def wall_clock_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 class Core(Protocol):
@@ -166,9 +160,9 @@ class CoordinatorDriver:
         """Tick the core at its next deadline (or at least every TICK_MS_MAX)."""
         while True:
             self._unload_lost()
-            now = self.clock()
+            now_ms = self.clock()
             self._run(self._tick())
-            deadline = now + TICK_MS_MAX
+            deadline = now_ms + TICK_MS_MAX
             due = self.core.next_deadline_ms()
             if due is not None:
                 deadline = min(deadline, due)

@@ -44,7 +44,6 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,6 +56,7 @@ from epochlog.protocol.apis.offset_for_leader_epoch import (
 from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.schema import Message
 
+from .clock import Clock
 from .partition import Partition, Role
 from .storage import Log, StorageError
 
@@ -73,7 +73,6 @@ FAILURES_COUNTED_MAX = 16  # the backoff exponent stops growing here (backoff_ms
 MIN_BYTES = 1
 
 TopicPartition = tuple[str, int]
-Clock = Callable[[], int]
 
 
 class FollowState(enum.Enum):
@@ -199,9 +198,9 @@ class SourceFetcher:
 
     def next_wakeup_ms(self) -> int | None:
         """When a partition's backoff ends (the driver sleeps until then), or None."""
-        now = self.clock()
+        now_ms = self.clock()
         times = [f.retry_at_ms for f in self._followed.values()
-                 if f.state is not FollowState.FENCED and f.retry_at_ms > now]
+                 if f.state is not FollowState.FENCED and f.retry_at_ms > now_ms]
         return min(times) if times else None
 
     def max_lag(self) -> int:
@@ -213,9 +212,9 @@ class SourceFetcher:
         """The request to send now, or None (one outstanding already, or nothing ready)."""
         if self._in_flight is not None:
             return None
-        now = self.clock()
+        now_ms = self.clock()
         ready = [f for f in self._followed.values()
-                 if f.state is not FollowState.FENCED and f.retry_at_ms <= now
+                 if f.state is not FollowState.FENCED and f.retry_at_ms <= now_ms
                  and self._still_follows(f)]
         asking = []
         for f in ready:
@@ -320,17 +319,17 @@ class SourceFetcher:
     def on_failure(self, reason: str) -> None:
         """The connection was lost, or the request timed out: every partition backs off."""
         self._in_flight = None
-        now = self.clock()
+        now_ms = self.clock()
         if self._failing_since_ms is None:
-            self._failing_since_ms = now
+            self._failing_since_ms = now_ms
         # A source that stops or restarts (a rolling restart, a clean cluster stop) is routine:
         # INFO; one still unreachable after SOURCE_DOWN_WARN_MS needs a person: WARNING, once.
-        lasting = now - self._failing_since_ms >= SOURCE_DOWN_WARN_MS
+        lasting = now_ms - self._failing_since_ms >= SOURCE_DOWN_WARN_MS
         if reason != self._last_failure or (lasting and not self._warned_down):
             log.log(logging.WARNING if lasting else logging.INFO,
                     "broker %d: fetching from broker %d failed%s: %s; backing off",
                     self.broker_id, self.source_id,
-                    f" for {now - self._failing_since_ms} ms" if lasting else "", reason)
+                    f" for {now_ms - self._failing_since_ms} ms" if lasting else "", reason)
             self._last_failure = reason
             self._warned_down = self._warned_down or lasting
         self.stats.errors["NETWORK_EXCEPTION"] += 1

@@ -106,8 +106,8 @@ class IsrManager:
     def due(self, partitions: Iterable[Partition]) -> list[IsrProposal]:
         """Proposals to send now (new ones, and retries whose backoff is over); each new one
         marks its partition pending."""
-        now = self.clock()
-        self._ineligible_until = {k: t for k, t in self._ineligible_until.items() if t > now}
+        now_ms = self.clock()
+        self._ineligible_until = {k: t for k, t in self._ineligible_until.items() if t > now_ms}
         out = []
         for p in partitions:
             key = (p.topic, p.index)
@@ -116,23 +116,23 @@ class IsrManager:
                 if not _still_pending(p, flight.proposal):
                     del self._in_flight[key]  # a LeaderAndIsr replaced it
                 else:
-                    if flight.retry_at_ms is not None and now >= flight.retry_at_ms:
+                    if flight.retry_at_ms is not None and now_ms >= flight.retry_at_ms:
                         flight.retry_at_ms = None
                         out.append(flight.proposal)
                     continue
-            proposal = self._decide(p, now)
+            proposal = self._decide(p, now_ms)
             if proposal is not None:
                 p.propose_isr(proposal.isr)
                 self._in_flight[key] = _InFlight(proposal)
                 out.append(proposal)
         return out
 
-    def _decide(self, p: Partition, now: int) -> IsrProposal | None:
+    def _decide(self, p: Partition, now_ms: int) -> IsrProposal | None:
         if not p.is_leader or p.state is None or p.proposed_isr is not None:
             return None
         lagging = p.lagging_followers(self.lag_time_max_ms)
         if lagging:
-            why = "; ".join(self._lag_reason(p, r, now) for r in lagging)
+            why = "; ".join(self._lag_reason(p, r, now_ms) for r in lagging)
             return self._proposal(p, tuple(r for r in p.isr if r not in lagging),
                                   left=tuple(lagging), why=why)
         for r in p.state.replicas:
@@ -145,9 +145,9 @@ class IsrManager:
                 return self._proposal(p, p.isr + (r,), joined=(r,), why=why)
         return None
 
-    def _lag_reason(self, p: Partition, replica: int, now: int) -> str:
+    def _lag_reason(self, p: Partition, replica: int, now_ms: int) -> str:
         f = p.followers[replica]
-        return (f"{replica} not caught up for {now - f.last_caught_up_ms} ms > "
+        return (f"{replica} not caught up for {now_ms - f.last_caught_up_ms} ms > "
                 f"{self.lag_time_max_ms} (its log end {f.log_end_offset}, ours "
                 f"{p.log_end_offset})")
 

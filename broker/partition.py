@@ -63,13 +63,13 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from .clock import Clock
 from .fencing import leader_epoch_error
 from .storage import AppendInfo, CorruptLog, Log
 
 log = logging.getLogger("epochlog.broker")
 
 NO_LEADER = -1
-Clock = Callable[[], int]
 
 
 class InvalidPartitionState(ValueError):
@@ -260,8 +260,8 @@ class Partition:
         if old_role is not Role.LEADER or old_epoch != epoch:
             self.log.begin_leader_epoch(epoch)
             self.leader_epoch_start_offset = self.log_end_offset
-            now = self.clock()  # a follower's lag counts from when we began to lead
-            self.followers = {r: FollowerProgress(last_caught_up_ms=now)
+            now_ms = self.clock()  # a follower's lag counts from when we began to lead
+            self.followers = {r: FollowerProgress(last_caught_up_ms=now_ms)
                               for r in self.state.replicas if r != self.broker_id}
             log.info("%s: became LEADER at leader epoch %d (was %s at %d), log end %d, high "
                      "watermark %d, isr %s", self.name, epoch, old_role.value, old_epoch,
@@ -365,13 +365,13 @@ class Partition:
         leader_end = self.log_end_offset
         if log_end_offset > leader_end or self._diverges(last_fetched_epoch, log_end_offset):
             return False
-        now = self.clock()
+        now_ms = self.clock()
         if log_end_offset >= leader_end:
-            progress.last_caught_up_ms = max(progress.last_caught_up_ms, now)
+            progress.last_caught_up_ms = max(progress.last_caught_up_ms, now_ms)
         elif log_end_offset >= progress.last_fetch_leader_log_end_offset >= 0:
             progress.last_caught_up_ms = max(progress.last_caught_up_ms, progress.last_fetch_ms)
         progress.log_end_offset = log_end_offset
-        progress.last_fetch_ms = now
+        progress.last_fetch_ms = now_ms
         progress.last_fetch_leader_log_end_offset = leader_end
         if self.on_isr_candidate is not None and self.may_join_isr(replica_id):
             self.on_isr_candidate(self)
@@ -482,9 +482,9 @@ class Partition:
         """ISR members out of sync (Kafka's isCaughtUp negated): not caught up for lag_ms_max
         and not at our log end. A member we have no progress for counts from when we began
         to lead."""
-        now = self.clock()
+        now_ms = self.clock()
         return [r for r in self.isr if r != self.broker_id and r in self.followers
-                and self._lagging(self.followers[r], lag_ms_max, now)]
+                and self._lagging(self.followers[r], lag_ms_max, now_ms)]
 
     def keeps_up(self, replica_id: int, lag_ms_max: int) -> bool:
         """A follower the shrink rule would keep: at our log end or caught up within
@@ -496,6 +496,6 @@ class Partition:
         progress = self.followers.get(replica_id)
         return progress is not None and not self._lagging(progress, lag_ms_max, self.clock())
 
-    def _lagging(self, progress: FollowerProgress, lag_ms_max: int, now: int) -> bool:
+    def _lagging(self, progress: FollowerProgress, lag_ms_max: int, now_ms: int) -> bool:
         return (progress.log_end_offset != self.log_end_offset
-                and now - progress.last_caught_up_ms > lag_ms_max)
+                and now_ms - progress.last_caught_up_ms > lag_ms_max)

@@ -56,7 +56,7 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
         "metadata_cache", "fencing", "producer_ids", "config", "error_answers",
         "controller_session", "control_hold", "source_fetchers", "isr_schedule",
         "fetch_wait"})),
-    ("storage", frozenset({"storage"})),
+    ("storage", frozenset({"storage", "clock"})),
 ]
 
 

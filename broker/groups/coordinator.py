@@ -37,7 +37,8 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..coordinator_driver import CoordinatorDriver, monotonic_ms, wall_clock_ms
+from ..clock import monotonic_ms, wall_clock_ms
+from ..coordinator_driver import CoordinatorDriver
 from ..internal_topics import InternalTopic
 from ..partition import Partition
 from .core import (

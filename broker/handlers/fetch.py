@@ -161,13 +161,13 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     parked = ParkedFetch(clock(), min(request.max_wait_ms, app.config.fetch_wait_ms_max),
                          request.min_bytes)
     while True:
-        now = clock()
-        done = read_or_park(app, plan, parked, now)
+        now_ms = clock()
+        done = read_or_park(app, plan, parked, now_ms)
         if isinstance(done, FetchResponse):
             return done
         if not await replicas.fetch_purgatory.wait_until(
                 [(topic, p.partition) for topic, p in plan.wants],
-                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now):
+                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now_ms):
             return finish(app, plan, done)
 
 
@@ -240,12 +240,12 @@ def read(app: BrokerApp, plan: Plan) -> Read:
     done = Read(parts=[])
     client = ClientView(request.rack_id, "")
     for topic, p in plan.wants:
-        data, as_follower, now = _read_one(app, plan, client, topic, p, budget,
-                                           min_one=done.bytes == 0)
+        data, as_follower, answer_now = _read_one(app, plan, client, topic, p, budget,
+                                                  min_one=done.bytes == 0)
         size = len(data.records or b"")
         done.bytes += size
         budget -= size
-        done.answer_now = done.answer_now or now
+        done.answer_now = done.answer_now or answer_now
         if as_follower:
             done.as_follower.append(size)
         done.parts.append((topic, data))

@@ -34,9 +34,10 @@ from epochlog.protocol.control_records import marker_batch
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.registry import APIS
 
+from ..clock import wall_clock_ms
 from ..config import INTERNAL_LISTENER
 from ..error_answers import error_answer
-from ..groups.coordinator import OFFSETS_TOPIC, wall_clock_ms
+from ..groups.coordinator import OFFSETS_TOPIC
 from ..partition import Partition
 from ..replication_wait import wait_for_replication
 from ..storage import StorageError

@@ -59,7 +59,7 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from crc32c import crc32c
@@ -77,6 +77,7 @@ from epochlog.protocol.compression import compress
 from epochlog.protocol.records import Record, decode_batch
 from epochlog.protocol.varint import encode_varint
 
+from ..clock import Clock
 from .checkpoints import TopicPartition, read_offsets, write_offsets
 from .config import LogConfig
 from .errors import CorruptCheckpoint, CorruptLog
@@ -95,7 +96,6 @@ KEY_DIGEST_BYTES = 16
 FAILED_BACKOFF_MS = 60_000  # a log whose pass failed is not tried again before this
 
 log = logging.getLogger("epochlog.storage")
-Clock = Callable[[], int]
 
 _HEAD = struct.Struct(">qiibI")  # base_offset, batch_length, partition_leader_epoch, magic, crc
 _TAIL = struct.Struct(">hiqqqhii")  # attributes ... record_count: what the CRC covers first

@@ -55,7 +55,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import NamedTuple
 
 from epochlog.protocol.batch import (
@@ -68,6 +68,7 @@ from epochlog.protocol.batch import (
 from epochlog.protocol.control_records import Marker, read_marker
 from epochlog.protocol.records import decode_batch, recompress
 
+from ..clock import Clock
 from .checkpoints import TMP_SUFFIX, fsync_dir, write_atomically
 from .config import LogConfig
 from .disk_health import DiskHealth
@@ -99,7 +100,6 @@ OFFSET_GAPS_FILE = "offset-gaps-allowed"
 _SEGMENT_FILE = re.compile(r"^(\d{20})\.(log|index|timeindex)$")
 
 log = logging.getLogger("epochlog.storage")
-Clock = Callable[[], int]
 
 
 class StaleLeaderEpoch(StorageError):

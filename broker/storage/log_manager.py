@@ -26,6 +26,7 @@ import os
 import shutil
 import uuid
 
+from ..clock import Clock
 from .checkpoints import (
     HIGH_WATERMARK_FILE,
     LOG_START_OFFSET_FILE,
@@ -39,7 +40,7 @@ from .checkpoints import (
 from .config import LogConfig
 from .disk_health import DiskHealth
 from .errors import CorruptCheckpoint, DiskWriteFailed, InconsistentIdentity
-from .log import Clock, Log
+from .log import Log
 from .truncations import Truncations
 
 IDENTITY_FILE = "meta.properties"

@@ -45,7 +45,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from ..coordinator_driver import CoordinatorDriver, wall_clock_ms
+from ..clock import wall_clock_ms
+from ..coordinator_driver import CoordinatorDriver
 from ..internal_topics import InternalTopic
 from ..partition import Partition
 from .core import TXN_TOPIC, ProducerIdAndEpoch, TxnCore, WriteMarkers
