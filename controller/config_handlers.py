@@ -156,8 +156,8 @@ def _applied(current: dict[str, str], changes: list[Any], defaults: dict[str, st
         elif c.config_operation in (OP_APPEND, OP_SUBTRACT):
             if spec.config_type != topic_settings.TYPE_LIST:
                 return {}, f"{c.name} is not a list: APPEND and SUBTRACT apply to lists only"
-            now = out.get(c.name) or defaults.get(c.name, spec.default)
-            items = [w for w in (now or "").split(",") if w]
+            listed = out.get(c.name) or defaults.get(c.name, spec.default)
+            items = [w for w in (listed or "").split(",") if w]
             given = [w.strip() for w in (c.value or "").split(",") if w.strip()]
             if c.config_operation == OP_APPEND:
                 items += [w for w in given if w not in items]

@@ -294,11 +294,11 @@ class ControllerState:
         if not offline_dirs and not broker.offline_replicas:
             return
         wanted = set(offline_dirs)
-        now = frozenset((topic.name, index) for topic, index, _ in self._partitions_of(bid)
-                        if replica_dir_id(topic.name, index) in wanted)
-        before, broker.offline_replicas = broker.offline_replicas, now
-        self._out.metadata.update(now ^ before)  # Metadata lists offline replicas
-        for name, index in sorted(now - before):
+        offline_now = frozenset((topic.name, index) for topic, index, _ in self._partitions_of(bid)
+                              if replica_dir_id(topic.name, index) in wanted)
+        before, broker.offline_replicas = broker.offline_replicas, offline_now
+        self._out.metadata.update(offline_now ^ before)  # Metadata lists offline replicas
+        for name, index in sorted(offline_now - before):
             topic = self.topics[name]
             p = topic.partitions[index]
             self.counters["replicas_offline"] += 1
@@ -310,7 +310,7 @@ class ControllerState:
             elif (bid in p.isr and len(p.isr) > 1) or bid in p.elr:
                 self._change(topic, index, p.leader, _without(p.isr, bid),
                              f"the replica on {bid} is offline", not_eligible=(bid,))
-        for name, index in sorted(before - now):
+        for name, index in sorted(before - offline_now):
             back = self.topics.get(name)
             if back is None or index not in back.partitions:
                 continue
