@@ -92,8 +92,26 @@ def acked(history: History) -> set[bytes]:
             if isinstance(op, Send) and op.acked and op.value is not None}
 
 
-def wait(what: str, done: Callable[[], bool]) -> None:
-    until(lambda: done() or None, what, STEP_S_MAX, interval_s=0.1)
+def wait(what: str, done: Callable[[], bool],
+         detail: Callable[[], str] | None = None) -> None:
+    until(lambda: done() or None, what, STEP_S_MAX, interval_s=0.1, detail=detail)
+
+
+def unread(history: History, read: set[bytes], errors: list[str]) -> str:
+    """For a failure: the acknowledged values the group has not read, by partition (offsets),
+    each member's last assignment change, and the members' last commit errors."""
+    missing: dict[int | None, list[int]] = {}
+    for op in history.ops:
+        if isinstance(op, Send) and op.acked and op.value is not None and op.value not in read:
+            missing.setdefault(op.partition, []).append(op.offset or -1)
+    parts = {p: f"{len(o)} at offsets {min(o)}..{max(o)}" for p, o in sorted(
+        missing.items(), key=lambda kv: -1 if kv[0] is None else kv[0])}
+    last: dict[str, str] = {}
+    for op in history.ops:
+        if isinstance(op, Rebalance):
+            last[op.client] = f"{op.change} {sorted(p for _, p in op.partitions)}"
+    return f"unread by partition: {parts}\nlast rebalance of each member: {last}\n" \
+           f"commit errors (last 5): {errors[-5:]}"
 
 
 def revoked_by(history: History, client: str, after: int) -> bool:
@@ -166,7 +184,8 @@ def test_docker_kill_of_the_coordinator_mid_rebalance_loses_nothing(
             stop.set()
             producer.join(FLUSH_S + 30)
         assert not producer.is_alive(), "the producer did not finish its flush"
-        wait("the group to read every acknowledged value", lambda: acked(history) <= read)
+        wait("the group to read every acknowledged value", lambda: acked(history) <= read,
+             lambda: unread(history, read, errors))
         for member in members[1:]:
             member.leave()
         read_back(bootstrap, history)
