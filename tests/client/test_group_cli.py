@@ -382,12 +382,15 @@ def test_consume_group_as_a_user_types_it(cluster: Cluster) -> None:
                                  cluster.bootstrap, *extra], stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE)
 
-    # A member that joined alone learns of the second one at its next heartbeat: 0.5 s, so
-    # the group settles well inside the members' 4 s idle timeout whichever joins first.
-    both = [run("--timeout-ms", "4000", "--consumer-property", f"client_id=user-{i}",
+    # A member that joined alone learns of the second one at its next heartbeat: 0.5 s. The
+    # members' idle timeout counts from their latest rebalance, so the wait for the group to
+    # settle may be long (two interpreters starting on a busy machine); the records must then
+    # come within the idle timeout of the settled rebalance: 10 s leaves room for a slow
+    # produce (4 s did not, once, at a load of 10).
+    both = [run("--timeout-ms", "10000", "--consumer-property", f"client_id=user-{i}",
                 "--consumer-property", "heartbeat_interval_ms=500") for i in (1, 2)]
     until("both processes in the group",
-          lambda: settled(cluster, group, {"user-1", "user-2"}, n), timeout_s=3.5)
+          lambda: settled(cluster, group, {"user-1", "user-2"}, n), timeout_s=WAIT_S)
     first = [b"first %d" % i for i in range(200)]
     produce(cluster, topic, n, first)
     outs = [p.communicate(timeout=WAIT_S) for p in both]
