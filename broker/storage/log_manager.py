@@ -190,7 +190,7 @@ class LogManager:
 
     def tick(self) -> None:
         """Flush what is due (logs with auto_flush), apply retention, write checkpoints, each on
-        its own interval."""
+        its own interval; close the log files unused for a while."""
         now_ms = self.clock()
         for each in self.logs.values():
             if each.auto_flush:
@@ -203,6 +203,7 @@ class LogManager:
                 each.delete_retained_segments()
         if now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
             self.write_checkpoints()
+        self.files.close_idle()  # idle partitions hold no descriptor (open_files.py)
 
     def write_checkpoints(self) -> bool:
         """Write the three offset checkpoints; False if the disk refused one (it is counted in

@@ -5,7 +5,9 @@ the partitions hosted (descriptors.py says how big it is).
 Theory of operation. Segments and their indexes name their files by path and ask for a
 descriptor at each use (`fd(path)`), never keeping one across a call that may open another file:
 a descriptor handed out stays valid only until the next `fd`, `dup` or `close` of this cache.
-Opening a file beyond `files_max` closes the least recently used clean one first.
+Opening a file beyond `files_max` closes the least recently used clean one first, and
+`close_idle` (the data dir's tick) closes the clean files unused for FILE_IDLE_MS_MAX: an idle
+partition (followers' fetches at its end read no file) holds no descriptor.
 
 Durability. Data written through a descriptor lives in the page cache of the file, not of the
 descriptor: closing it loses nothing, and a later fsync through any descriptor of the file makes
@@ -31,17 +33,21 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 
+from ..clock import Clock, monotonic_ms
 from .descriptors import is_exhaustion
 
 FILES_MAX_DEFAULT = 4096  # a Log or Segment built without a cache gets one of this size
 EVICT_SCAN_MAX = 64  # clean files looked for past pinned ones per eviction
+FILE_IDLE_MS_MAX = 30_000  # a clean file unused this long is closed by close_idle
 
 
 class OpenFiles:
-    def __init__(self, files_max: int = FILES_MAX_DEFAULT) -> None:
+    def __init__(self, files_max: int = FILES_MAX_DEFAULT, clock: Clock = monotonic_ms) -> None:
         assert files_max >= 1, files_max
         self.files_max = files_max
+        self.clock = clock
         self._open: OrderedDict[str, int] = OrderedDict()  # least recently used first
+        self._used_ms: dict[str, int] = {}  # when each open file was last asked for
         self._dirty: set[str] = set()
         self.opens_total = 0
         self.evictions_total = 0
@@ -62,6 +68,7 @@ class OpenFiles:
         found = self._open.get(path)
         if found is not None:
             self._open.move_to_end(path)
+            self._used_ms[path] = self.clock()
             return found
         while len(self._open) >= self.files_max and self._evict_one():
             pass
@@ -72,6 +79,7 @@ class OpenFiles:
             if not is_exhaustion(exc) or not self._evict_half():
                 raise
             opened = os.open(path, flags, 0o644)  # once more; OSError goes to the caller
+        self._used_ms[path] = self.clock()
         self._open[path] = opened
         self.opens_total += 1
         return opened
@@ -98,6 +106,7 @@ class OpenFiles:
         """Close path if it is open (its owner closes or deletes the file)."""
         found = self._open.pop(path, None)
         self._dirty.discard(path)
+        self._used_ms.pop(path, None)
         if found is not None:
             os.close(found)
 
@@ -105,13 +114,27 @@ class OpenFiles:
         for path in list(self._open):
             self.close(path)
 
+    def close_idle(self, idle_ms_max: int = FILE_IDLE_MS_MAX) -> int:
+        """Close the clean files unused for idle_ms_max (oldest first: the LRU order is the
+        order of last use); how many."""
+        since_ms = self.clock() - idle_ms_max
+        idle = []
+        for path in self._open:
+            if self._used_ms[path] > since_ms:
+                break
+            if path not in self._dirty:
+                idle.append(path)
+        for path in idle:
+            self.close(path)
+        return len(idle)
+
     def _evict_one(self) -> bool:
         """Close the least recently used clean file; False if none is found (all pinned)."""
         for scanned, path in enumerate(self._open):
             if scanned >= EVICT_SCAN_MAX:
                 break
             if path not in self._dirty:
-                os.close(self._open.pop(path))
+                self.close(path)
                 self.evictions_total += 1
                 return True
         for path in [p for p in list(self._open)[:EVICT_SCAN_MAX] if p in self._dirty]:
@@ -122,6 +145,6 @@ class OpenFiles:
         """Out of descriptors: close half of the clean files; False if there were none."""
         clean = [p for p in self._open if p not in self._dirty]
         for path in clean[:max(1, len(clean) // 2)]:
-            os.close(self._open.pop(path))
+            self.close(path)
             self.evictions_total += 1
         return bool(clean)

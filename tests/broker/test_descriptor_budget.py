@@ -39,7 +39,7 @@ WAIT_S = 120.0
 
 def _limited(cluster: Cluster) -> None:
     """Every node of the cluster starts under `prlimit --nofile=LIMIT:LIMIT`."""
-    command = cluster._command  # noqa: SLF001: the harness's own launcher, wrapped
+    command = cluster._command  # the harness's own launcher, wrapped
     for node in cluster.nodes():
         node.launcher = lambda n, command=command: [  # type: ignore[misc]
             "prlimit", f"--nofile={LIMIT}:{LIMIT}", "--", *command(n)]

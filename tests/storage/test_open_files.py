@@ -140,3 +140,22 @@ def test_the_budget_leaves_room_for_sockets_and_reports_a_capacity() -> None:
     low = budget(1024, connections_max=4096)
     assert low.sockets == 256 and low.files_max == 1024 - 256 - low.reserved
     assert budget(10, connections_max=4096).files_max >= 16
+
+
+def test_files_unused_for_a_while_are_closed_but_never_a_pinned_one(tmp_path) -> None:
+    """An idle partition holds no descriptor: close_idle closes the clean files not asked for
+    in the idle time, oldest first, and leaves the recent and the written-unflushed ones."""
+    clock = FakeClock()
+    files = OpenFiles(100, clock)
+    old, written, recent = (str(tmp_path / name) for name in ("old", "written", "recent"))
+    files.fd(old, create=True)
+    os.pwrite(files.fd(written, create=True), b"x", 0)
+    files.mark_dirty(written)
+    clock.advance(20_000)
+    files.fd(recent, create=True)
+    clock.advance(15_000)
+    assert files.close_idle(30_000) == 1
+    assert old not in files and written in files and recent in files
+    os.close(files.dup(written))
+    clock.advance(30_000)
+    assert files.close_idle(30_000) == 2 and len(files) == 0
