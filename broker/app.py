@@ -3,7 +3,9 @@
 Start (docs/control-plane.md "Start-up order"):
 0. wait until the data dir can make a write durable (storage/durability.py: a failed fsync
    stopped us, and a restarting supervisor must not loop on it);
-1. open the data dir (storage LogManager: recovery after a crash, identity check);
+1. raise the soft open-files limit to the hard one and split it (storage/descriptors.py): the
+   log file cache's size and the replica capacity told at registration; open the data dir
+   (storage LogManager: recovery after a crash, identity check);
 2. listen for Kafka requests on each listener, EXTERNAL and, if configured, INTERNAL (the
    controller connects to INTERNAL if we have it, else EXTERNAL, right after our registration);
 3. register with the controller (our generation), then heartbeat in the background;
@@ -52,6 +54,7 @@ from .replicas import FsyncFailed, ReplicaManager
 from .server import KafkaServer, ServerLimits
 from .storage import LogManager
 from .storage.cleaner import CleanerSettings, LogCleaner
+from .storage.descriptors import Budget, budget, raise_soft_limit
 from .storage.durability import durable_write_error
 from .txn.coordinator import TxnCoordinator
 
@@ -102,9 +105,11 @@ class Broker:
         """Open, listen, register; returns our generation."""
         load_all()
         await self._wait_for_a_durable_disk()
+        spend = self._descriptor_budget()
         logs = LogManager.open(self.config.data_dir, self.config.log_config(), wall_clock_ms,
                                broker_id=self.broker_id, cluster_id=self.config.cluster_id,
-                               retention_check_interval_ms=self.config.log_retention_check_interval_ms)
+                               retention_check_interval_ms=self.config.log_retention_check_interval_ms,
+                               files_max=spend.files_max)
         self.replicas = ReplicaManager(self.broker_id, logs, monotonic_ms,
                                        produce_waiters_max=self.config.produce_waiters_max,
                                        fetch_waiters_max=self.config.fetch_waiters_max)
@@ -115,7 +120,8 @@ class Broker:
                                          on_registered=self._registered,
                                          offline_dirs=self.replicas.offline_dir_ids,
                                          previous_broker_epoch=logs.previous_broker_epoch,
-                                         clock=monotonic_ms)
+                                         clock=monotonic_ms,
+                                         replica_capacity=spend.replica_capacity)
         self.replicas.on_offline_change = self.controller.heartbeat_soon
         parts = BrokerParts(self.broker_id, self.config, self.epochs, self.metadata,
                             self.replicas, self.controller, self.spawn)
@@ -147,6 +153,17 @@ class Broker:
         if self.config.metrics_address is not None:
             serve_metrics(self, self.stats, *self.config.metrics_address)
         return generation
+
+    def _descriptor_budget(self) -> Budget:
+        """Raise the soft open-files limit to the hard one and split it (storage/
+        descriptors.py): the log file cache's size and the replicas we can host. One line."""
+        before, soft, hard = raise_soft_limit()
+        spend = budget(soft, self.config.connections_max)
+        log.info("broker %d: open-files limit %d (hard %d%s): %d for log files, %d for "
+                 "connections, %d reserved; hosts at most %d replicas", self.broker_id, soft,
+                 hard, f", raised from {before}" if before != soft else "", spend.files_max,
+                 spend.sockets, spend.reserved, spend.replica_capacity)
+        return spend
 
     async def _wait_for_a_durable_disk(self) -> None:
         """Before opening anything: until a write in the data dir can be fsynced, wait, up and

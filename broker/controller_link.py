@@ -86,7 +86,7 @@ class ControllerLink:
                  on_registered: Callable[[int], None] | None = None,
                  offline_dirs: Callable[[], list[uuid.UUID]] | None = None,
                  previous_broker_epoch: int = -1,
-                 clock: Callable[[], int] = monotonic_ms) -> None:
+                 clock: Callable[[], int] = monotonic_ms, replica_capacity: int = -1) -> None:
         self.config = config
         self.epochs = epochs
         # name -> advertised (host, port), in order: filled as the broker's servers bind, before
@@ -99,6 +99,9 @@ class ControllerLink:
         # KIP-966: the generation this process's data dir shut down cleanly from (-1: a crash),
         # told at every registration (the controller looks at it for a new incarnation only).
         self.previous_broker_epoch = previous_broker_epoch
+        # How many replicas we can host within our open-files limit (storage/descriptors.py),
+        # told at every registration: the controller places no more here. -1: no bound.
+        self.replica_capacity = replica_capacity
         self.clock = clock
         # When to register and heartbeat (with the counters metrics read).
         self.session = ControllerSession(config.broker_id, epochs,
@@ -194,7 +197,8 @@ class ControllerLink:
             incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,
             listeners=[BrokerRegistrationListener(name=name, host=host, port=port)
                        for name, (host, port) in self.listeners.items()],
-            previous_broker_epoch=self.previous_broker_epoch)
+            previous_broker_epoch=self.previous_broker_epoch,
+            replica_capacity=self.replica_capacity)
 
     async def register(self) -> int:
         """Register until the controller answers; returns the new generation (-1 if close()

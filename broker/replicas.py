@@ -49,7 +49,8 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from .partition import NO_LEADER, InvalidPartitionState, Partition, PartitionState, Role
 from .purgatory import Purgatory
-from .storage import CorruptLog, DiskWriteFailed, LogManager
+from .storage import CorruptLog, DescriptorsExhausted, DiskWriteFailed, LogManager
+from .storage.descriptors import is_exhaustion
 from .topic_configs import TopicConfigs
 
 log = logging.getLogger("epochlog.broker")
@@ -315,11 +316,14 @@ class ReplicaManager:
             if each.flush_due():
                 try:
                     job = each.begin_flush()
-                except DiskWriteFailed:  # index entries not written out: counted, tried again
-                    continue
+                except (DiskWriteFailed, DescriptorsExhausted):  # index entries not written
+                    continue  # out, or no descriptor: counted or said, tried again
                 try:
                     await loop.run_in_executor(None, job.run)
                 except OSError as exc:
+                    if is_exhaustion(exc):  # opening a folder to fsync it: no fsync failed
+                        each.flush_not_done(job, exc)
+                        continue
                     raise FsyncFailed(f"fsync in {each.directory} failed ({exc}): what was "
                                       "written may not be on disk, so the broker stops; the "
                                       "next start recovers the log from its last flush") from exc

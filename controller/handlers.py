@@ -116,7 +116,8 @@ def broker_registration(state: ControllerState, req: BrokerRegistrationRequest, 
     listeners = [Listener(lst.name, lst.host, lst.port, lst.security_protocol)
                  for lst in req.listeners]
     error, epoch = state.register_broker(req.broker_id, req.incarnation_id, req.rack, listeners,
-                                         now_ms, req.cluster_id, req.previous_broker_epoch)
+                                         now_ms, req.cluster_id, req.previous_broker_epoch,
+                                         req.replica_capacity)
     return BrokerRegistrationResponse(error_code=error, broker_epoch=epoch)
 
 

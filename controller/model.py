@@ -35,6 +35,7 @@ class Broker:
     rack: str | None
     listeners: tuple[Listener, ...]
     state: str = ALIVE
+    replica_capacity: int = -1  # replicas it can host (its registration); -1: no bound
     session_deadline_ms: int = 0
     # Volatile: its replicas whose logs are offline (a storage error), as its last heartbeat
     # listed them. They may not lead or be in an ISR until a heartbeat leaves them out.

@@ -33,6 +33,9 @@ class BrokerRegistered(msgspec.Struct, tag="broker_registered", frozen=True, gc=
     incarnation_id: uuid.UUID
     rack: str | None
     listeners: tuple[Listener, ...]
+    # Replicas the broker can host within its open-files limit, as it registered (issue 33;
+    # -1: no bound, and what logs written before it read as).
+    replica_capacity: int = -1
 
 
 class BrokerStateChanged(msgspec.Struct, tag="broker_state", frozen=True, gc=False):

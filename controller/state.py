@@ -137,7 +137,7 @@ class ControllerState:
                 self.next_broker_epoch = record.broker_epoch + 1
                 self.brokers[record.broker_id] = Broker(
                     record.broker_id, record.broker_epoch, record.incarnation_id, record.rack,
-                    record.listeners)
+                    record.listeners, replica_capacity=record.replica_capacity)
             case BrokerStateChanged(broker_id=bid, broker_epoch=epoch, state=state):
                 broker = self.brokers[bid]
                 assert broker.broker_epoch == epoch, (record, broker)
@@ -214,11 +214,12 @@ class ControllerState:
     # -------------------------------------------------------------------------------- brokers
     def register_broker(self, broker_id: int, incarnation_id: uuid.UUID, rack: str | None,
                         listeners: Sequence[Listener], now_ms: int,
-                        cluster_id: str = "", previous_broker_epoch: int = -1
-                        ) -> tuple[int, int]:
+                        cluster_id: str = "", previous_broker_epoch: int = -1,
+                        replica_capacity: int = -1) -> tuple[int, int]:
         """(error, broker epoch) for a BrokerRegistration. previous_broker_epoch: the
         generation a new process shut down cleanly from (its clean-shutdown file), -1 if it
-        did not (KIP-966)."""
+        did not (KIP-966). replica_capacity: how many replicas it can host (-1: no bound);
+        topic creations and partition increases place no more on it (topic_checks.py)."""
         if cluster_id and cluster_id != self.cluster_id:
             log.warning("broker %d refused: cluster id %r is not ours (%r)", broker_id,
                         cluster_id, self.cluster_id)
@@ -238,14 +239,16 @@ class ControllerState:
                 and previous_broker_epoch != old.broker_epoch:
             self._unclean_restart(broker_id, old.broker_epoch, previous_broker_epoch)
         epoch = self.next_broker_epoch
-        self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners)))
+        self._emit(BrokerRegistered(broker_id, epoch, incarnation_id, rack, tuple(listeners),
+                                    replica_capacity))
         broker = self.brokers[broker_id]
         broker.session_deadline_ms = now_ms + self.config.broker_session_timeout_ms
         self._connection_lost.pop(broker_id, None)
         self.counters["registrations"] += 1
         log.info("broker %d registered: generation %d, rack %s, listeners %s (control requests "
-                 "to %s:%d), incarnation %s: %s", broker_id, epoch, rack,
-                 broker.describe_listeners(), *broker.endpoint, incarnation_id, kind)
+                 "to %s:%d), incarnation %s, hosts at most %s replicas: %s", broker_id, epoch,
+                 rack, broker.describe_listeners(), *broker.endpoint, incarnation_id,
+                 "unbounded" if replica_capacity < 0 else replica_capacity, kind)
         self._start_generation(broker_id)
         return 0, epoch
 
@@ -739,6 +742,8 @@ class ControllerState:
         else:
             error, message, replica_lists = self._auto_assignment(num_partitions,
                                                                   replication_factor)
+        if not error:
+            error, message = self._check_capacity(replica_lists)
         if error:
             return CreateTopicResult(error, message)
         too_many = topic_checks.min_insync_above(overrides, len(replica_lists[0]))
@@ -824,6 +829,16 @@ class ControllerState:
         return topic_checks.auto_assignment(eligible, num_partitions, replication_factor,
                                             self.rng)
 
+    def _check_capacity(self, replica_lists: Sequence[Sequence[int]]) -> tuple[int, str | None]:
+        """topic_checks.check_capacity with the replicas each broker hosts now."""
+        hosted: dict[int, int] = {}
+        for topic in self.topics.values():
+            for p in topic.partitions.values():
+                for replica in p.replicas:
+                    hosted[replica] = hosted.get(replica, 0) + 1
+        capacity = {b.broker_id: b.replica_capacity for b in self.brokers.values()}
+        return topic_checks.check_capacity(replica_lists, hosted, capacity)
+
     def create_partitions(self, topic_name: str, count: int,
                           assignments: Sequence[Sequence[int]] | None,
                           validate_only: bool = False) -> tuple[int, str | None]:
@@ -844,6 +859,8 @@ class ControllerState:
                 error, message = E.INVALID_REPLICA_ASSIGNMENT, f"replication factor is {rf}"
         else:
             error, message, lists = self._auto_assignment(count - current, rf)
+        if not error:
+            error, message = self._check_capacity(lists)
         if error or validate_only:
             return error, message
         for offset, replicas in enumerate(lists):

@@ -6,7 +6,11 @@ Kafka's rules: a legal name (protocol/topic_names.py), 1 to TOPIC_PARTITIONS_MAX
 replication factor the eligible (live, unfenced) brokers can hold, explicit assignments with
 indexes 0..n-1 and equal, duplicate-free replica lists of known brokers, and a
 min.insync.replicas no higher than the replication factor (such a topic would refuse every
-acks=all write, so it is refused when set, not later).
+acks=all write, so it is refused when set, not later). And epochlog's own (issue 33): no broker
+gets more replicas than the capacity it registered (one open-files limit's worth:
+broker/storage/descriptors.py), refused with POLICY_VIOLATION naming the broker and the
+numbers, as Kafka's create-topic policy refuses; one request can never take brokers past what
+they can open.
 """
 
 from __future__ import annotations
@@ -51,6 +55,23 @@ def auto_assignment(eligible: Sequence[tuple[int, str | None]], num_partitions: 
                 f"needs that many live brokers; {len(eligible)} are live", [])
     start = rng.randrange(len(eligible))
     return 0, None, assignment.assign(eligible, num_partitions, replication_factor, start)
+
+
+def check_capacity(replica_lists: Sequence[Sequence[int]], hosted: Mapping[int, int],
+                   capacity: Mapping[int, int]) -> tuple[int, str | None]:
+    """Whether placing replica_lists keeps every broker within its capacity (-1 or unknown:
+    no bound); hosted: the replicas each holds already."""
+    adding: dict[int, int] = {}
+    for replicas in replica_lists:
+        for replica in replicas:
+            adding[replica] = adding.get(replica, 0) + 1
+    over = [f"broker {b} can host {capacity[b]} replicas (its open-files limit) and holds "
+            f"{hosted.get(b, 0)}; this would add {n} ({hosted.get(b, 0) + n} in all)"
+            for b, n in sorted(adding.items())
+            if capacity.get(b, -1) >= 0 and hosted.get(b, 0) + n > capacity[b]]
+    if over:
+        return E.POLICY_VIOLATION, "; ".join(over)
+    return 0, None
 
 
 def check_assignment(assignments: Mapping[int, Sequence[int]], known: Container[int]

@@ -2,9 +2,10 @@
 state, checkpoints and crash recovery, in Kafka's on-disk formats.
 
 Synchronous plain Python with an injected clock (ms): the broker's asyncio code calls it, and a
-deterministic simulation can drive it. Modules, bottom up: config, errors, disk_health,
-checkpoints, durability, epoch_cache, indexes, txn_index, segment, segment_swap, producer_state,
-producer_snapshots, truncations, log, log_manager, cleaner.
+deterministic simulation can drive it. Modules, bottom up: config, errors, descriptors (the
+open-files limit and running out of it), disk_health, checkpoints, open_files (the bounded cache
+of log file descriptors), durability, epoch_cache, indexes, txn_index, segment, segment_swap,
+producer_state, producer_snapshots, truncations, log, log_manager, cleaner.
 """
 
 from .config import LogConfig
@@ -15,6 +16,7 @@ from .errors import (
                      CorruptCheckpoint,
                      CorruptLog,
                      CorruptRecords,
+                     DescriptorsExhausted,
                      DiskWriteFailed,
                      DuplicateSequence,
                      InconsistentIdentity,
@@ -33,7 +35,8 @@ from .log_manager import LogManager
 
 __all__ = [
     "AppendInfo", "AppendRefused", "CorruptCheckpoint", "CorruptLog", "CorruptRecords",
-    "DiskHealth", "DiskWriteFailed", "DuplicateSequence", "EpochEntry", "FlushJob",
+    "DescriptorsExhausted", "DiskHealth", "DiskWriteFailed", "DuplicateSequence", "EpochEntry",
+    "FlushJob",
     "InconsistentIdentity", "InvalidProducerEpoch",
     "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager",
     "InvalidTimestamp", "OffsetOutOfRange", "OffsetsNotIncreasing", "OutOfOrderSequence",

@@ -80,7 +80,7 @@ from epochlog.protocol.varint import encode_varint
 from ..clock import Clock
 from .checkpoints import TopicPartition, read_offsets, write_offsets
 from .config import LogConfig
-from .errors import CorruptCheckpoint, CorruptLog
+from .errors import CorruptCheckpoint, CorruptLog, DescriptorsExhausted
 from .log import Log
 from .log_manager import LogManager
 from .segment import RELATIVE_OFFSET_MAX, Segment
@@ -370,6 +370,20 @@ class CleanJob:
         return not (record.value is None and horizon_passed)
 
 
+def _read_descriptors(segments: list[Segment]) -> list[int]:
+    """A descriptor of each segment's .log for the cleaner's thread; none kept on OSError
+    (out of descriptors: the pass is tried again later)."""
+    fds: list[int] = []
+    try:
+        for segment in segments:
+            fds.append(segment.dup_for_reading())
+    except OSError:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
 def _append(out: Segment, batches: list[bytes]) -> None:
     if not batches:
         return
@@ -503,13 +517,14 @@ class LogCleaner:
         try:
             here = [list(s.txn_index.entries()) for s in cleanable]
             aborted_txns = target.aborted_in(cleanable[0].base_offset, cleanable[-1].next_offset)
-        except (OSError, CorruptLog) as exc:
+            fds = _read_descriptors(cleanable)
+        except (OSError, CorruptLog, DescriptorsExhausted) as exc:
             self.failed_at_ms[tp] = now_ms
-            log.warning("%s: cannot read its aborted transactions (%s); not cleaned for %d ms",
-                        target.directory, exc, FAILED_BACKOFF_MS)
+            log.warning("%s: cannot read its aborted transactions or segments (%s); not cleaned "
+                        "for %d ms", target.directory, exc, FAILED_BACKOFF_MS)
             return None
-        views = [SegmentView(s, s.base_offset, s.next_offset, s.size_bytes, os.dup(s._fd),
-                             entries) for s, entries in zip(cleanable, here, strict=True)]
+        views = [SegmentView(s, s.base_offset, s.next_offset, s.size_bytes, fd, entries)
+                 for s, fd, entries in zip(cleanable, fds, here, strict=True)]
         producer_last = {pid: entry.batches[-1].last_offset
                          for pid, entry in target.producer_state.producers.items()
                          if entry.batches}

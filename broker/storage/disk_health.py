@@ -9,6 +9,9 @@ with a successful write (log data or the checkpoints, written every few seconds)
 failed for RECOVERED_AFTER_MS: on a nearly full disk small writes fit between refused big ones,
 and that is not yet recovery. Writes are never refused because of the state: each is tried.
 
+Running out of file descriptors (EMFILE, ENFILE) is no failure of the disk: `failed` answers it
+with DescriptorsExhausted (descriptors.py), counts nothing and changes no state.
+
 An fsync that fails is not a failed write: what was written may have been dropped from the page
 cache, so the broker stops (broker/replicas.py's flush) and recovery checks the log at the next
 start, as Kafka halts on a failed log dir that is its only one. That next start waits, up and
@@ -21,7 +24,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .errors import DiskWriteFailed
+from .descriptors import exhausted, is_exhaustion
+from .errors import DescriptorsExhausted, DiskWriteFailed
 
 log = logging.getLogger("epochlog.storage")
 RECOVERED_AFTER_MS = 10_000
@@ -37,8 +41,12 @@ class DiskHealth:
         self.last_error = ""
         self._failures_before = 0  # failures_total when the failing state began
 
-    def failed(self, what: str, exc: OSError) -> DiskWriteFailed:
-        """Count a failed write; the exception for the caller to raise (or keep)."""
+    def failed(self, what: str, exc: OSError) -> DiskWriteFailed | DescriptorsExhausted:
+        """Count a failed write; the exception for the caller to raise (or keep). Out of file
+        descriptors is not the disk's failure: not counted, the state unchanged, said in a
+        rate-limited line instead (descriptors.py)."""
+        if is_exhaustion(exc):
+            return exhausted(what, exc)
         error = DiskWriteFailed(what, exc)
         self.failures_total += 1
         self.last_failure_ms = self.clock()

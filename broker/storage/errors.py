@@ -121,6 +121,22 @@ class DiskWriteFailed(StorageError):
         super().__init__(f"cannot write {what}: {reason}")
 
 
+class DescriptorsExhausted(StorageError):
+    """The process is out of file descriptors (EMFILE, or the system's table is full: ENFILE).
+    An operating limit, not a disk failure (descriptors.py): nothing was done, the data dir is
+    healthy, and the request may be tried again once descriptors are free (retriable, answered
+    with KAFKA_STORAGE_ERROR, which Kafka's clients retry after a metadata refresh)."""
+
+    error_code = KAFKA_STORAGE_ERROR
+    retriable = True
+
+    def __init__(self, what: str, exc: OSError, limit: str) -> None:
+        self.what = what
+        self.errno = exc.errno
+        super().__init__(f"cannot open a file for {what}: out of file descriptors "
+                         f"({exc.strerror or exc}; {limit})")
+
+
 class CorruptCheckpoint(StorageError):
     """A checkpoint file that does not parse, or is cut short."""
 

@@ -21,6 +21,8 @@ import bisect
 import os
 import struct
 
+from .open_files import OpenFiles
+
 
 def write_all(fd: int, data: bytes | bytearray | memoryview, position: int) -> None:
     """pwrite all of data at position, going on after a short write (segments use it too)."""
@@ -36,14 +38,23 @@ class _SparseIndex:
 
     entry: struct.Struct
 
-    def __init__(self, path: str, base_offset: int, index_bytes_max: int) -> None:
+    def __init__(self, path: str, base_offset: int, index_bytes_max: int,
+                 files: OpenFiles | None = None) -> None:
+        """files: the cache its descriptor comes from (open_files.py); the file is made here
+        if missing, then opened on use. Not pinned there when written: an index is checked at
+        every load and rebuilt from its segment when wrong."""
         self.path = path
         self.base_offset = base_offset
         self.entries_max = index_bytes_max // self.entry.size
         self._keys: list[int] = []
         self._values: list[int] = []
         self._written = 0  # entries already in the file
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._files = files if files is not None else OpenFiles()
+        self._files.fd(path, create=True)
+
+    @property
+    def _fd(self) -> int:
+        return self._files.fd(self.path)
 
     def __len__(self) -> int:
         return len(self._keys)
@@ -85,25 +96,21 @@ class _SparseIndex:
         self._written = len(self._keys)
 
     def dup_fd(self) -> int:
-        return os.dup(self._fd)
+        return self._files.dup(self.path)
 
     def flush(self) -> None:
         self.write_out()
-        os.fsync(self._fd)
+        self._files.fsync(self.path)
 
     def close(self) -> None:
-        if self._fd >= 0:
-            try:
-                self.write_out()
-            except OSError:  # a full disk: the file keeps fewer entries, a sparser index that
-                pass         # still finds every offset (lookups scan on from an entry)
-            os.close(self._fd)
-            self._fd = -1
+        try:
+            self.write_out()
+        except OSError:  # a full disk: the file keeps fewer entries, a sparser index that
+            pass         # still finds every offset (lookups scan on from an entry)
+        self._files.close(self.path)
 
     def delete(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._files.close(self.path)
         os.unlink(self.path)
 
     def load(self, segment_bytes: int) -> bool:

@@ -71,12 +71,14 @@ from epochlog.protocol.records import decode_batch, recompress
 from ..clock import Clock
 from .checkpoints import TMP_SUFFIX, fsync_dir, write_atomically
 from .config import LogConfig
+from .descriptors import exhausted, is_exhaustion
 from .disk_health import DiskHealth
 from .epoch_cache import LEADER_EPOCH_FILE, LeaderEpochCache
 from .errors import (
     CorruptCheckpoint,
     CorruptLog,
     CorruptRecords,
+    DescriptorsExhausted,
     DiskWriteFailed,
     InvalidRecord,
     InvalidTimestamp,
@@ -85,6 +87,7 @@ from .errors import (
     RecordTooLarge,
     StorageError,
 )
+from .open_files import OpenFiles
 from .producer_snapshots import ProducerSnapshots
 from .producer_state import ProducerStateManager
 from .segment import INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, Segment
@@ -131,7 +134,13 @@ class FlushJob:
         self._fds = fds
         self._dirs = dirs
 
+    @property
+    def dirs(self) -> list[str]:
+        return list(self._dirs)
+
     def run(self) -> None:
+        """The fsyncs; OSError if one fails. Files first, folders then: opening a folder is the
+        only step that needs a descriptor (EMFILE there: Log.flush_not_done)."""
         try:
             for fd in self._fds:
                 os.fsync(fd)
@@ -144,11 +153,14 @@ class FlushJob:
 
 
 class Log:
-    def __init__(self, directory: str, config: LogConfig, clock: Clock) -> None:
-        """Use Log.open."""
+    def __init__(self, directory: str, config: LogConfig, clock: Clock,
+                 files: OpenFiles | None = None) -> None:
+        """Use Log.open. files: the data dir's cache of open files (open_files.py); None: one
+        of the log's own."""
         self.directory = directory
         self.config = config
         self.clock = clock
+        self.files = files if files is not None else OpenFiles()
         self.auto_flush = True
         self._segments: list[Segment] = []
         self._bases: list[int] = []
@@ -167,17 +179,27 @@ class Log:
         self.disk: DiskHealth | None = None  # the data dir's, set by LogManager
         self.truncations: Truncations | None = None  # the data dir's, set by LogManager
 
-    def write_failed(self, what: str, exc: OSError) -> DiskWriteFailed:
-        """A failed write (OSError) as the error to raise, counted by the data dir's health."""
-        return self.disk.failed(what, exc) if self.disk is not None else DiskWriteFailed(what, exc)
+    def write_failed(self, what: str, exc: OSError) -> DiskWriteFailed | DescriptorsExhausted:
+        """A failed write (OSError) as the error to raise, counted by the data dir's health
+        (running out of descriptors is not a disk failure: descriptors.py)."""
+        if self.disk is not None:
+            return self.disk.failed(what, exc)
+        return exhausted(what, exc) if is_exhaustion(exc) else DiskWriteFailed(what, exc)
+
+    def _no_descriptor(self, what: str, exc: OSError) -> DescriptorsExhausted:
+        """A read or flush that could not open a file for want of a descriptor, as the error to
+        raise (descriptors.py); any other OSError goes on as it is."""
+        if not is_exhaustion(exc):
+            raise exc
+        return exhausted(f"{what} of {self.directory}", exc)
 
     # --- opening and closing ---
 
     @classmethod
     def open(cls, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int = 0,
              log_start_offset: int = 0, high_watermark: int = 0,
-             clean_shutdown: bool = False) -> Log:
-        self = cls(directory, config, clock)
+             clean_shutdown: bool = False, files: OpenFiles | None = None) -> Log:
+        self = cls(directory, config, clock, files)
         if not os.path.isdir(directory):
             os.makedirs(directory)
             fsync_dir(os.path.dirname(os.path.abspath(directory)))
@@ -294,7 +316,7 @@ class Log:
                             self._segments[-1].next_offset)
                 self._delete_files_from(bases[i:])
                 break
-            segment = Segment(self.directory, base, self.config, self.clock())
+            segment = Segment(self.directory, base, self.config, self.clock(), files=self.files)
             segment.offset_gaps_allowed = self.offset_gaps_allowed
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             if base not in swapped and (clean_shutdown or (next_base is not None
@@ -316,7 +338,7 @@ class Log:
 
     def _delete_files_from(self, bases: list[int]) -> None:
         for base in bases:
-            Segment(self.directory, base, self.config, self.clock()).delete()
+            Segment(self.directory, base, self.config, self.clock(), files=self.files).delete()
         self._dir_dirty = True
 
     def _load_epoch_cache(self) -> None:
@@ -493,7 +515,8 @@ class Log:
                 self.active_segment.txn_index.append(aborted)
             self._unflushed_messages += header.record_count
         if self.auto_flush and self.flush_due():
-            with contextlib.suppress(DiskWriteFailed):  # the batches are in: a flush comes again
+            with contextlib.suppress(DiskWriteFailed, DescriptorsExhausted):  # the batches are
+                # in: a flush comes again
                 self.flush()
         return AppendInfo(first.base_offset, last.last_offset,
                           max(h.max_timestamp for _, h in stamped), len(stamped), len(buf))
@@ -537,7 +560,7 @@ class Log:
         return segment
 
     def _add_segment(self, base: int) -> Segment:
-        segment = Segment(self.directory, base, self.config, self.clock())
+        segment = Segment(self.directory, base, self.config, self.clock(), files=self.files)
         segment.offset_gaps_allowed = self.offset_gaps_allowed
         assert segment.size_bytes == 0 and os.fstat(segment._fd).st_size == 0, \
             f"{segment.log_path} already holds data"
@@ -581,15 +604,16 @@ class Log:
             return False
         assert first is not None
         self.allow_offset_gaps()
+        for segment in old:  # the cache names files by path, and the swap renames them
+            segment.close()
         deleted = swap_in(self.directory, cleaned_base, [s.base_offset for s in old])
-        cleaned = Segment(self.directory, cleaned_base, self.config, self.clock())
+        cleaned = Segment(self.directory, cleaned_base, self.config, self.clock(),
+                          files=self.files)
         cleaned.offset_gaps_allowed = True
         cleaned.load()
         if cleaned.next_offset != old[-1].next_offset:
             raise CorruptLog(f"{cleaned.log_path}: cleaned segment ends at {cleaned.next_offset}, "
                              f"the segments it replaced at {old[-1].next_offset}")
-        for segment in old:
-            segment.close()
         self._segments[first:first + len(old)] = [cleaned]
         self._bases[first:first + len(old)] = [cleaned_base]
         for path in deleted:
@@ -612,11 +636,11 @@ class Log:
             for segment in self._segments[start:]:
                 if segment.dirty:
                     fds.extend(segment.begin_flush())
-        except OSError as exc:  # writing index entries out: the segments stay dirty
-            for fd in fds:
+            fds.extend(self.snapshots.take_unsynced())
+        except OSError as exc:  # writing index entries out, or no descriptor: the segments
+            for fd in fds:      # stay dirty
                 os.close(fd)
             raise self.write_failed(f"index entries to {self.directory}", exc) from None
-        fds.extend(self.snapshots.take_unsynced())
         dirs = [self.directory] if self._dir_dirty else []
         self._dir_dirty = False
         self._unflushed_messages = 0
@@ -629,9 +653,23 @@ class Log:
             self.recovery_point = max(self.recovery_point, min(job.end_offset,
                                                                self.log_end_offset))
 
+    def flush_not_done(self, job: FlushJob, exc: OSError) -> DescriptorsExhausted:
+        """job.run() failed for want of a descriptor (opening a folder to fsync it: every file
+        of the job was fsynced before): the folder is flushed again next time, the recovery
+        point stays. The error to raise or report."""
+        assert is_exhaustion(exc), exc
+        if job.dirs:
+            self._dir_dirty = True
+        return self._no_descriptor("a flush", exc)
+
     def flush(self) -> None:
         job = self.begin_flush()
-        job.run()
+        try:
+            job.run()
+        except OSError as exc:
+            if not is_exhaustion(exc):
+                raise
+            raise self.flush_not_done(job, exc) from None
         self.end_flush(job)
 
     def maybe_flush(self) -> bool:
@@ -654,10 +692,13 @@ class Log:
         if offset == self.log_end_offset:
             return b""
         start = bisect.bisect_right(self._bases, offset) - 1
-        for segment in self._segments[max(start, 0):]:
-            data = segment.read(offset, bytes_max, offset_max)
-            if data:
-                return data
+        try:
+            for segment in self._segments[max(start, 0):]:
+                data = segment.read(offset, bytes_max, offset_max)
+                if data:
+                    return data
+        except OSError as exc:
+            raise self._no_descriptor(f"a read at offset {offset}", exc) from None
         return b""
 
     def offset_for_timestamp(self, timestamp_ms: int) -> tuple[int, int] | None:
@@ -668,12 +709,15 @@ class Log:
         if timestamp_ms == EARLIEST_TIMESTAMP:
             return self.log_start_offset, -1
         start = max(bisect.bisect_right(self._bases, self.log_start_offset) - 1, 0)
-        for segment in self._segments[start:]:
-            if segment.max_timestamp_ms < timestamp_ms:
-                continue
-            found = segment.find_by_timestamp(timestamp_ms, self.log_start_offset)
-            if found is not None:
-                return self._record_at_timestamp(segment, *found, timestamp_ms)
+        try:
+            for segment in self._segments[start:]:
+                if segment.max_timestamp_ms < timestamp_ms:
+                    continue
+                found = segment.find_by_timestamp(timestamp_ms, self.log_start_offset)
+                if found is not None:
+                    return self._record_at_timestamp(segment, *found, timestamp_ms)
+        except OSError as exc:
+            raise self._no_descriptor(f"a search for timestamp {timestamp_ms}", exc) from None
         return None
 
     def _record_at_timestamp(self, segment: Segment, position: int, header: BatchHeader,
@@ -703,6 +747,8 @@ class Log:
                 try:
                     txns, complete = index.collect(start, end)
                 except OSError as exc:
+                    if is_exhaustion(exc):
+                        raise self._no_descriptor(f"{index.path}", exc) from None
                     raise CorruptLog(f"{index.path}: cannot be read: {exc}") from None
                 found += txns
                 if complete:

@@ -39,8 +39,9 @@ from .checkpoints import (
 )
 from .config import LogConfig
 from .disk_health import DiskHealth
-from .errors import CorruptCheckpoint, DiskWriteFailed, InconsistentIdentity
+from .errors import CorruptCheckpoint, DescriptorsExhausted, DiskWriteFailed, InconsistentIdentity
 from .log import Log
+from .open_files import FILES_MAX_DEFAULT, OpenFiles
 from .truncations import Truncations
 
 IDENTITY_FILE = "meta.properties"
@@ -66,10 +67,13 @@ def parse_partition_dir_name(name: str) -> TopicPartition | None:
 
 class LogManager:
     def __init__(self, data_dir: str, config: LogConfig, clock: Clock,
-                 retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS) -> None:
+                 retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
+                 files_max: int = FILES_MAX_DEFAULT) -> None:
         """Use LogManager.open."""
         assert retention_check_interval_ms > 0, retention_check_interval_ms
         self.data_dir = data_dir
+        # Every log's segment and index descriptors: a bounded cache (open_files.py).
+        self.files = OpenFiles(files_max)
         self.config = config
         self.clock = clock
         self.retention_check_interval_ms = retention_check_interval_ms
@@ -89,9 +93,11 @@ class LogManager:
     @classmethod
     def open(cls, data_dir: str, config: LogConfig, clock: Clock, *, broker_id: int,
              cluster_id: str, configs: dict[str, LogConfig] | None = None,
-             retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS) -> LogManager:
-        """Open (or create) a data dir; configs gives per-topic settings."""
-        self = cls(data_dir, config, clock, retention_check_interval_ms)
+             retention_check_interval_ms: int = RETENTION_CHECK_INTERVAL_MS,
+             files_max: int = FILES_MAX_DEFAULT) -> LogManager:
+        """Open (or create) a data dir; configs gives per-topic settings; files_max bounds the
+        log files open at once (descriptors.py)."""
+        self = cls(data_dir, config, clock, retention_check_interval_ms, files_max)
         os.makedirs(data_dir, exist_ok=True)
         check_identity(data_dir, broker_id, cluster_id)
         marker = os.path.join(data_dir, CLEAN_SHUTDOWN_FILE)
@@ -114,7 +120,7 @@ class LogManager:
                 recovery_point=recovery_points.get(tp, 0),
                 log_start_offset=start_offsets.get(tp, 0),
                 high_watermark=high_watermarks.get(tp, 0),
-                clean_shutdown=self.had_clean_shutdown)
+                clean_shutdown=self.had_clean_shutdown, files=self.files)
             opened.disk, opened.truncations = self.disk, self.truncations
             if opened.log_end_offset < high_watermarks.get(tp, 0):
                 self.cut_at_open.add(tp)
@@ -149,7 +155,8 @@ class LogManager:
         if existing is not None:
             return existing
         path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
-        created = Log.open(path, config or self.config, self.clock, clean_shutdown=True)
+        created = Log.open(path, config or self.config, self.clock, clean_shutdown=True,
+                           files=self.files)
         created.disk, created.truncations = self.disk, self.truncations
         self.logs[(topic, partition)] = created
         log.info("created log %s", path)
@@ -183,11 +190,12 @@ class LogManager:
 
     def tick(self) -> None:
         """Flush what is due (logs with auto_flush), apply retention, write checkpoints, each on
-        its own interval."""
+        its own interval; close the log files unused for a while."""
         now_ms = self.clock()
         for each in self.logs.values():
             if each.auto_flush:
-                with contextlib.suppress(DiskWriteFailed):  # counted; tried again next tick
+                with contextlib.suppress(DiskWriteFailed, DescriptorsExhausted):  # counted or
+                    # said (descriptors.py); tried again next tick
                     each.maybe_flush()
         if now_ms - self._last_retention_ms >= self.retention_check_interval_ms:
             self._last_retention_ms = now_ms
@@ -195,6 +203,7 @@ class LogManager:
                 each.delete_retained_segments()
         if now_ms - self._last_checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
             self.write_checkpoints()
+        self.files.close_idle()  # idle partitions hold no descriptor (open_files.py)
 
     def write_checkpoints(self) -> bool:
         """Write the three offset checkpoints; False if the disk refused one (it is counted in
@@ -228,11 +237,12 @@ class LogManager:
         for each in self.logs.values():
             try:
                 each.flush()
-            except DiskWriteFailed:
+            except (DiskWriteFailed, DescriptorsExhausted):
                 flushed = False
         flushed = self.write_checkpoints() and flushed
         for each in self.logs.values():
             each.close()
+        self.files.close_all()
         if flushed:
             try:
                 write_atomically(os.path.join(self.data_dir, CLEAN_SHUTDOWN_FILE),

@@ -39,6 +39,7 @@ from epochlog.protocol.batch import (
 from .config import LogConfig
 from .errors import CorruptLog
 from .indexes import OffsetIndex, TimeIndex, write_all
+from .open_files import OpenFiles
 from .txn_index import TXN_INDEX_SUFFIX, TxnIndex
 
 LOG_SUFFIX = ".log"
@@ -57,24 +58,27 @@ def segment_file_name(base_offset: int, suffix: str) -> str:
 
 class Segment:
     def __init__(self, directory: str, base_offset: int, config: LogConfig, now_ms: int,
-                 file_suffix: str = "") -> None:
-        """file_suffix: added to the three file names (the cleaner writes `.cleaned` ones)."""
+                 file_suffix: str = "", files: OpenFiles | None = None) -> None:
+        """file_suffix: added to the three file names (the cleaner writes `.cleaned` ones).
+        files: the cache its descriptors come from (open_files.py); None: one of its own.
+        The files are made here if missing, then opened on use."""
         self.base_offset = base_offset
         self.config = config
+        self._files = files if files is not None else OpenFiles()
         self.log_path = os.path.join(directory,
                                      segment_file_name(base_offset, LOG_SUFFIX) + file_suffix)
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._files.fd(self.log_path, create=True)
         self.offset_index = OffsetIndex(
             os.path.join(directory, segment_file_name(base_offset, INDEX_SUFFIX) + file_suffix),
-            base_offset, config.segment_index_bytes)
+            base_offset, config.segment_index_bytes, self._files)
         self.time_index = TimeIndex(
             os.path.join(directory,
                          segment_file_name(base_offset, TIME_INDEX_SUFFIX) + file_suffix),
-            base_offset, config.segment_index_bytes)
+            base_offset, config.segment_index_bytes, self._files)
         self.txn_index = TxnIndex(
             os.path.join(directory,
                          segment_file_name(base_offset, TXN_INDEX_SUFFIX) + file_suffix),
-            base_offset)
+            base_offset, self._files)
         self.txn_index_problem: str | None = None  # why load or recover emptied the .txnindex
         self.created_ms = now_ms
         self.dirty = False  # written since the last fsync
@@ -92,6 +96,16 @@ class Segment:
     def __repr__(self) -> str:
         return f"Segment({self.log_path}, size {self.size_bytes}, next {self.next_offset})"
 
+    @property
+    def _fd(self) -> int:
+        """The .log's descriptor, from the cache: valid until the cache's next call, so it is
+        asked for at each use (open_files.py)."""
+        return self._files.fd(self.log_path)
+
+    def dup_for_reading(self) -> int:
+        """A descriptor of the .log of the caller's own (the cleaner reads on its thread)."""
+        return os.dup(self._fd)
+
     # --- writing ---
 
     def append(self, buf: bytes | bytearray | memoryview,
@@ -105,8 +119,10 @@ class Segment:
         try:
             write_all(self._fd, buf, position)
         except OSError:
-            os.ftruncate(self._fd, position)  # shrinking needs no space
+            if self.log_path in self._files:  # the write began: cut it off
+                os.ftruncate(self._fd, position)  # shrinking needs no space
             raise
+        self._files.mark_dirty(self.log_path)
         for pos, header in headers:
             self._track(header, position + pos)
         self.size_bytes += len(buf)
@@ -154,16 +170,26 @@ class Segment:
         self.offset_index.write_out()
         self.time_index.write_out()
         self.txn_index.write_out()
+        fds: list[int] = []
+        try:
+            for duplicate in (lambda: self._files.dup(self.log_path), self.offset_index.dup_fd,
+                              self.time_index.dup_fd, self.txn_index.dup_fd):
+                fd = duplicate()
+                if fd is not None:
+                    fds.append(fd)
+        except OSError:  # out of descriptors: the segment stays dirty for the next flush
+            for fd in fds:
+                os.close(fd)
+            self._files.mark_dirty(self.log_path)
+            raise
         self.dirty = False
-        fds = [os.dup(self._fd), self.offset_index.dup_fd(), self.time_index.dup_fd()]
-        txn_fd = self.txn_index.dup_fd()
-        return fds if txn_fd is None else [*fds, txn_fd]
+        return fds
 
     def flush(self) -> None:
         self.offset_index.flush()
         self.time_index.flush()
         self.txn_index.flush()
-        os.fsync(self._fd)
+        self._files.fsync(self.log_path)
         self.dirty = False
 
     def truncate_to(self, offset: int) -> int:
@@ -186,7 +212,7 @@ class Segment:
         self.time_index.truncate_to(end_offset)
         self.txn_index.truncate_to(end_offset)
         self._rescan_after_last_index_entry(position)
-        os.fsync(self._fd)  # a cut must be durable before new batches land on the same bytes
+        self._files.fsync(self.log_path)  # durable before new batches land on the same bytes
         return removed
 
     def _end_of_whole_batches(self, offset: int) -> tuple[int, int]:
@@ -461,6 +487,7 @@ class Segment:
             log.warning("%s: cut %d bytes at position %d (%s)", self.log_path, cut_bytes,
                         position, problem)
             os.ftruncate(self._fd, position)
+            self._files.mark_dirty(self.log_path)
         self._load_txn_index(cut_beyond=True)
         self.dirty = True
         return cut_bytes
@@ -528,17 +555,13 @@ class Segment:
         self.offset_index.close()
         self.time_index.close()
         self.txn_index.close()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._files.close(self.log_path)
 
     def delete(self) -> None:
         self.offset_index.delete()
         self.time_index.delete()
         self.txn_index.delete()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._files.close(self.log_path)
         os.unlink(self.log_path)
 
 

@@ -33,6 +33,7 @@ from typing import NamedTuple
 from epochlog.protocol.batch import BATCH_HEADER_BYTES
 
 from .indexes import write_all
+from .open_files import OpenFiles
 
 TXN_INDEX_SUFFIX = ".txnindex"
 TXN_INDEX_VERSION = 0
@@ -77,10 +78,13 @@ def check_entry(txn: AbortedTxn, version: int, base_offset: int, next_offset: in
 
 
 class TxnIndex:
-    def __init__(self, path: str, base_offset: int) -> None:
+    def __init__(self, path: str, base_offset: int, files: OpenFiles | None = None) -> None:
+        """files: the cache its descriptor comes from (open_files.py); written entries pin it
+        there until the segment's flush."""
         self.path = path
         self.base_offset = base_offset
-        self._fd = -1
+        self._files = files if files is not None else OpenFiles()
+        self._has_file = False  # the file exists and is ours (opened on use)
         self._written = 0  # entries in the file
         self._pending: list[AbortedTxn] = []  # appended, not yet taken by the file
         self._reset_stats()
@@ -100,11 +104,17 @@ class TxnIndex:
 
     # --- writing ---
 
+    @property
+    def _fd(self) -> int:
+        assert self._has_file, f"{self.path}: no file"
+        return self._files.fd(self.path)
+
     def _open(self, create: bool) -> bool:
-        if self._fd < 0:
+        if not self._has_file:
             if not create and not os.path.exists(self.path):
                 return False
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._files.fd(self.path, create=True)
+            self._has_file = True
         return True
 
     def create(self) -> None:
@@ -128,17 +138,18 @@ class TxnIndex:
             return
         self._open(create=True)
         write_all(self._fd, b"".join(map(encode, self._pending)), self._written * ENTRY_BYTES)
+        self._files.mark_dirty(self.path)
         self._written += len(self._pending)
         self._pending.clear()
 
     def dup_fd(self) -> int | None:
         """After write_out: a descriptor for the caller to fsync and close; None if no file."""
-        return os.dup(self._fd) if self._fd >= 0 else None
+        return self._files.dup(self.path) if self._has_file else None
 
     def flush(self) -> None:
         self.write_out()
-        if self._fd >= 0:
-            os.fsync(self._fd)
+        if self._has_file:
+            self._files.fsync(self.path)
 
     def truncate_to(self, offset: int) -> None:
         """Drop the entries whose marker is at or above offset."""
@@ -155,7 +166,7 @@ class TxnIndex:
 
     def reset(self) -> None:
         self._pending.clear()
-        if self._fd >= 0:
+        if self._has_file:
             os.ftruncate(self._fd, 0)
         self._written = 0
         self._reset_stats()
@@ -261,18 +272,17 @@ class TxnIndex:
     # --- lifetime ---
 
     def close(self) -> None:
-        if self._fd >= 0:
+        if self._has_file:
             try:
                 self.write_out()
             except OSError:  # a full disk: the next open replays these markers (see log.py)
                 pass
-            os.close(self._fd)
-            self._fd = -1
+            self._files.close(self.path)
+            self._has_file = False
 
     def delete(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._files.close(self.path)
+        self._has_file = False
         self._pending.clear()
         if os.path.exists(self.path):
             os.unlink(self.path)

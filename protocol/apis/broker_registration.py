@@ -6,6 +6,12 @@ increases at every registration, also across controller restarts. v2 adds previo
 (KIP-966): the generation the process shut down cleanly from, as its clean-shutdown file says,
 or -1 after a crash. (v1's is_migrating_zk_broker and v3's log_dirs are declared for the layout;
 epochlog sends neither.)
+
+epochlog's extension (issue 33): `replica_capacity`, tagged field 33000 in every version, the
+number of replicas the broker can host within its open-files limit (broker/storage/
+descriptors.py); the controller places no more on it. -1 (absent: Kafka's brokers, older
+epochlog brokers) means no bound. A high tag on purpose: Kafka assigns its own upwards from 0,
+and a controller that does not know the tag skips it.
 """
 
 import uuid
@@ -14,6 +20,8 @@ from typing import Annotated
 from ..api import Api
 from ..api_keys import ApiKey
 from ..schema import ZERO_UUID, Message, V, i16, i32, i64, u16
+
+REPLICA_CAPACITY_TAG = 33000
 
 
 class BrokerRegistrationListener(Message):
@@ -39,6 +47,7 @@ class BrokerRegistrationRequest(Message):
     is_migrating_zk_broker: Annotated[bool, V("1+")] = False
     log_dirs: Annotated[list[uuid.UUID], V("3+")] = []
     previous_broker_epoch: Annotated[i64, V("2+")] = -1
+    replica_capacity: Annotated[i32, V("0+", tag=REPLICA_CAPACITY_TAG, tagged="0+")] = -1
 
 
 class BrokerRegistrationResponse(Message):

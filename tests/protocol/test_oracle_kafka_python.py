@@ -36,8 +36,10 @@ RENAMES = {
 }
 
 
-# epochlog's own additions, absent from Kafka's schemas (KIP-359's Produce field, tag 359).
-EXTENSIONS = {("PartitionProduceData", "current_leader_epoch")}
+# epochlog's own additions, absent from Kafka's schemas (KIP-359's Produce field, tag 359;
+# issue 33's replica capacity in BrokerRegistration, tag 33000).
+EXTENSIONS = {("PartitionProduceData", "current_leader_epoch"),
+              ("BrokerRegistrationRequest", "replica_capacity")}
 
 
 def _without_extensions(msg: Any) -> Any:
