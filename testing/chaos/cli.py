@@ -3,7 +3,8 @@
 
 run prints the schedule, shows the run live (live.py), writes the report folder when asked
 (report.py), prints the verdict, and exits 0 when the history checks clean (expected loss
-included), 1 on any failing anomaly or problem, 2 on bad arguments.
+included), 1 on any failing anomaly or problem or on a run that tested nothing (no acknowledged
+send, no record read), 2 on bad arguments or a client library that is not installed.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 from ..history import History
 from ..targets import TARGETS, TargetUnavailable
 from .scenarios import SCENARIOS, get
-from .workload import CLIENTS
+from .workload import CLIENTS, ClientUnavailable, require_client
 
 DURATION_S_MAX = 24 * 3600.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -77,6 +78,11 @@ def run_command(args: argparse.Namespace,
     if scenario.local_only and args.target != "local":
         print(f"epochlog chaos: scenario {scenario.name} runs on the local target only: it "
               f"writes into the brokers' data dirs", file=sys.stderr)
+        return 2
+    try:
+        require_client(args.client)
+    except ClientUnavailable as exc:
+        print(f"epochlog chaos: {exc}", file=sys.stderr)
         return 2
     config = RunConfig(scenario=scenario, seed=args.seed, duration_s=args.duration,
                        client=args.client, target=args.target, rate_per_s=args.rate)
