@@ -148,7 +148,8 @@ def _exit_note(rc: int | None) -> str:
 def run_up(args: argparse.Namespace) -> int:
     from epochlog.testing.cluster import Cluster, NetworkFaultUnsupported
 
-    from .cluster_control import ControlError, ControlServer
+    from .cluster_control import ControlServer
+    from .cluster_socket import ControlError
 
     if not 1 <= args.brokers <= len(RACKS):
         print(f"epochlog cluster up: --brokers must be 1-{len(RACKS)}", file=sys.stderr)
@@ -290,7 +291,7 @@ def _stop(cluster: Cluster, sup: _Supervisor) -> int:
 def run_control(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .cluster_control import ControlError, request
+    from .cluster_socket import ControlError, request
     from .cluster_view import status_table
 
     data_dir = Path(args.data_dir).resolve()
