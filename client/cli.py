@@ -6,7 +6,9 @@
     epochlog consume orders --from-beginning --print-key
     epochlog consume orders --group billing --from-beginning
 
-Every tool takes --bootstrap-server (default 127.0.0.1:9092, what `epochlog cluster up` gives).
+Every tool takes --bootstrap-server; without it, `epochlog` (epochlog/cli.py) fills it in from
+EPOCHLOG_BOOTSTRAP_SERVERS, else the cluster `epochlog cluster up` runs in ./.epochlog, else
+127.0.0.1:9092 (what a plain `cluster up` gives), and says which on stderr.
 Kafka errors are printed with their name and the tool exits 1. Produce sends each line as a
 record as it is read (client/cli_produce.py). Consume reads every partition (or one) from the
 chosen offset and stops at the end unless --follow. With --group it is a member of that consumer
@@ -108,7 +110,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help="HOST:PORT[,HOST:PORT]")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                   help="default: $EPOCHLOG_BOOTSTRAP_SERVERS, else the cluster `epochlog "
+                   f"cluster up` runs in ./.epochlog, else {DEFAULT_BOOTSTRAP}")
 
 
 def _run(coro: Any) -> int:
