@@ -37,18 +37,29 @@ from .cluster_socket import (
 )
 
 
-def parse_node(text: object) -> NodeId:
-    """A node as a command names it: a broker id, "controller" (or "c"), "clients"."""
-    if isinstance(text, int):
-        return text
+def parse_node(text: object, broker_ids: list[int], clients: bool = False) -> NodeId:
+    """A node as a command names it: one of broker_ids, "controller" (or "c"), and where
+    clients is true (partition's groups) "clients". ValueError saying what the nodes are."""
     word = str(text).strip().lower()
     if word in ("controller", "c"):
         return CONTROLLER
-    if word == CLIENTS:
+    if clients and word == CLIENTS:
         return CLIENTS
-    if word.isdigit():
-        return int(word)
-    raise ValueError(f"{text!r} is not a node: a broker id, 'controller' or 'clients'")
+    ids = ", ".join(map(str, broker_ids))
+    choices = (f"a broker id ({ids}), 'controller' or 'clients'" if clients
+               else f"a broker id ({ids}) or 'controller'")
+    if not word.isdigit():
+        raise ValueError(f"{text!r} is not a node: {choices}")
+    if int(word) not in broker_ids:
+        raise ValueError(f"no node {int(word)}: the nodes are brokers {ids} and 'controller'")
+    return int(word)
+
+
+def _said(exc: Exception) -> str:
+    """An exception as a user reads it: its message, without the exception's name."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])  # str() of a KeyError quotes its message
+    return str(exc) or type(exc).__name__
 
 
 class ControlServer:
@@ -97,7 +108,7 @@ class ControlServer:
                     conn.settimeout(None)
                     answer = self.handle(json.loads(raw))
                 except Exception as exc:  # the answer says what went wrong; we serve on
-                    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                    answer = {"ok": False, "error": _said(exc)}
                 with contextlib.suppress(OSError):
                     conn.sendall(json.dumps(answer).encode() + b"\n")
 
@@ -112,19 +123,20 @@ class ControlServer:
             rows = [asdict(row) for row in c.status()]
             return {"ok": True, "nodes": rows, **self.extra_status()}
         if op in ("kill", "stop", "pause", "resume", "restart", "isolate"):
-            node = parse_node(message.get("node"))
+            node = parse_node(message.get("node"), c.broker_ids)
             getattr(c, op)(node)
             n = c.node(node)
             return {"ok": True, "message": f"{n.name}: {op} done, now {n.state()}"
                     + (f" (pid {n.pid})" if n.alive else "")}
         if op == "partition":
-            groups = [[parse_node(m) for m in g] for g in message.get("groups", [])]
+            groups = [[parse_node(m, c.broker_ids, clients=True) for m in g]
+                      for g in message.get("groups", [])]
             one_way = bool(message.get("one_way", False))
             c.partition(*groups, one_way=one_way)
             return {"ok": True, "message": f"partitioned {groups}" + (" one way" if one_way
                                                                       else "")}
         if op == "slow":
-            node = parse_node(message.get("node"))
+            node = parse_node(message.get("node"), c.broker_ids)
             c.slow(node, delay_ms=int(message.get("delay_ms", 100)),
                    jitter_ms=int(message.get("jitter_ms", 0)),
                    loss_pct=float(message.get("loss_pct", 0.0)))
