@@ -146,8 +146,10 @@ async def _topics(args: argparse.Namespace) -> int:
             return 0
         wanted = args.topic or names
         for name in wanted:
-            _check(cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                   f"topic {name}")
+            code = cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise ValueError(f"topic {name} does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
+            _check(code, f"topic {name}")
         elr = await _eligible_replicas(cluster, wanted)
         for name in wanted:
             for v in cluster.partitions_of(name):

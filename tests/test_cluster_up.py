@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -362,3 +363,79 @@ def test_every_tool_finds_the_cluster_up_of_its_folder_unless_told_otherwise(
     # The cluster has stopped: its socket is gone, and the folder's tools fall back, saying so.
     gone = tool("topics", "list")
     assert gone.stderr.splitlines()[0].endswith("no cluster runs in ./.epochlog)"), gone.stderr
+
+
+PYTHON_EXCEPTION = re.compile(r"\b\w*(Error|Exception)\b|Traceback")
+
+
+def test_cli_mistakes_are_said_plainly_and_exit_1(cluster_up: ClusterUp) -> None:
+    """Each mistake a newcomer makes (issue 29) gets one line saying what was wrong, no Python
+    exception's name, and exit 1."""
+    bootstrap = cluster_up.bootstrap()
+
+    def said(args: tuple[str, ...], stdin: str = "") -> str:
+        out = subprocess.run(epochlog_command(*args), input=stdin, capture_output=True,
+                             text=True, timeout=WAIT_S)
+        assert out.returncode == 1, (args, out.returncode, out.stdout, out.stderr)
+        assert not PYTHON_EXCEPTION.search(out.stderr), (args, out.stderr)
+        return out.stderr.strip()
+
+    here = ("--data-dir", str(cluster_up.data_dir))
+    assert said(("cluster", "kill", "7", *here)) == \
+        "epochlog cluster kill: no node 7: the nodes are brokers 1, 2, 3 and 'controller'"
+    assert said(("cluster", "kill", "abc", *here)) == \
+        "epochlog cluster kill: 'abc' is not a node: a broker id (1, 2, 3) or 'controller'"
+    assert said(("cluster", "stop", "clients", *here)) == \
+        "epochlog cluster stop: 'clients' is not a node: a broker id (1, 2, 3) or 'controller'"
+    assert said(("cluster", "partition", "1", "2,x", "--one-way", *here)).endswith(
+        "'x' is not a node: a broker id (1, 2, 3), 'controller' or 'clients'")
+
+    flag = ("--bootstrap-server", bootstrap)
+    one = subprocess.run(epochlog_command("produce", "demo", *flag), input="hello\n",
+                         capture_output=True, text=True, timeout=WAIT_S)
+    assert one.returncode == 0 and one.stderr.strip() == "produced 1 record to demo", one.stderr
+    missing = "epochlog: topic nosuchtopic does not exist (UNKNOWN_TOPIC_OR_PARTITION)"
+    assert said(("consume", "nosuchtopic", *flag)) == missing
+    assert said(("topics", "describe", "nosuchtopic", *flag)) == missing
+    # as Kafka's console consumer, an offset without a partition is refused, not applied to all
+    assert said(("consume", "demo", "--offset", "0", *flag)) == \
+        "epochlog: --offset needs --partition: an offset is a position in one partition"
+    assert said(("groups", "describe", "nosuchgroup", *flag)) == \
+        "epochlog: no such group nosuchgroup"
+
+
+def test_cluster_up_on_a_port_in_use_says_which_before_starting_anything(tmp_path: Path) -> None:
+    base = free_port_base()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 1))
+        holder.listen()
+        out = subprocess.run(epochlog_command("cluster", "up", "--port-base", str(base),
+                                              "--data-dir", str(tmp_path)),
+                             capture_output=True, text=True, timeout=WAIT_S)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.strip() == (f"epochlog cluster up: port {base + 1} (broker 2) in use on "
+                                  "127.0.0.1: stop what listens there, or choose another "
+                                  "--port-base"), out.stderr
+    assert "started" not in out.stdout and not (tmp_path / "logs").exists()
+
+
+def test_a_node_that_dies_while_starting_is_reported_with_its_own_error(tmp_path: Path) -> None:
+    """A port taken after cluster up's check (or by a test's own Cluster): the start fails
+    with the broker's error first, not the line it waited for."""
+    from epochlog.testing.cluster import Cluster
+    from epochlog.testing.processes import ProcessError
+
+    base = free_port_base()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 1))
+        holder.listen()
+        cluster = Cluster(3, base_dir=tmp_path, port_base=base)
+        try:
+            with pytest.raises(ProcessError) as failed:
+                cluster.start()
+        finally:
+            cluster._kill_all()
+    head = str(failed.value).splitlines()[0]
+    assert head.startswith("broker 2 exited with code 1 before it was ready: broker 2 failed "
+                           "to start: "), head
+    assert "address already in use" in head, head
