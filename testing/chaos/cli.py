@@ -18,7 +18,7 @@ from typing import Any
 
 from ..history import History
 from ..targets import TARGETS, TargetUnavailable
-from .scenarios import SCENARIOS, get
+from .scenarios import DURATION_S_MIN, SCENARIOS, get
 from .workload import CLIENTS, ClientUnavailable, require_client
 
 DURATION_S_MAX = 24 * 3600.0
@@ -33,8 +33,9 @@ def parse_duration(text: str) -> float:
                                          "(e.g. 60s, 2m)")
     seconds = float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[
         found.group(2)]
-    if not 0 < seconds <= DURATION_S_MAX:
-        raise argparse.ArgumentTypeError(f"duration {text!r}: more than 0 and at most 24h")
+    if not DURATION_S_MIN <= seconds <= DURATION_S_MAX:  # a schedule needs room for a fault
+        raise argparse.ArgumentTypeError(f"duration {text!r}: at least {DURATION_S_MIN:g}s and "
+                                         "at most 24h")
     return seconds
 
 

@@ -177,6 +177,11 @@ def test_list_and_bad_arguments_from_the_command_line() -> None:
                           "kill-leader", "--duration", "soon"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "duration 'soon'" in bad.stderr
+    short = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
+                            "kill-leader", "--duration", "4s"], capture_output=True, text=True,
+                           timeout=60)  # a traceback ending in ValueError before (issue 29)
+    assert short.returncode == 2 and "duration '4s': at least 5s" in short.stderr, short.stderr
+    assert "Traceback" not in short.stderr
     elsewhere = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
                                 "storage-damage", "--target", "compose"], capture_output=True,
                                text=True, timeout=60)
