@@ -160,7 +160,7 @@ def test_a_client_library_not_installed_is_refused_naming_its_package(tmp_path: 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(blocked.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
     result = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
-                             "kill-leader", "--client", "confluent", "--duration", "3s"],
+                             "kill-leader", "--client", "confluent", "--duration", "5s"],
                             capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
     assert result.returncode == 2, (result.stdout, result.stderr)
     assert "--client confluent needs the confluent-kafka package" in result.stderr
