@@ -9,8 +9,11 @@
 # installs from docker/wheels/ with no network (see README, "docker-compose").
 ARG BASE_IMAGE=python:3.11-slim
 
+# Every stage is labelled as made here (an image inherits its base's labels: this replaces the
+# base's), so that docker/build.sh prunes only the stages it left behind, by this label.
 # ---- build: a virtual environment holding epochlog and its dependencies, nothing else
 FROM ${BASE_IMAGE} AS build
+LABEL epochlog.made-by=Dockerfile
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/epochlog
@@ -39,6 +42,7 @@ RUN if ls /wheels/*.whl >/dev/null 2>&1; then set -- --no-index --find-links /wh
 
 # ---- the image: the base, the environment, a user
 FROM ${BASE_IMAGE}
+LABEL epochlog.made-by=Dockerfile
 ENV PYTHONUNBUFFERED=1 \
     PATH=/opt/epochlog/bin:$PATH
 COPY --from=build /opt/epochlog /opt/epochlog

@@ -6,7 +6,9 @@
     epochlog consume orders --from-beginning --print-key
     epochlog consume orders --group billing --from-beginning
 
-Every tool takes --bootstrap-server (default 127.0.0.1:9092, what `epochlog cluster up` gives).
+Every tool takes --bootstrap-server; without it, `epochlog` (epochlog/cli.py) fills it in from
+EPOCHLOG_BOOTSTRAP_SERVERS, else the cluster `epochlog cluster up` runs in ./.epochlog, else
+127.0.0.1:9092 (what a plain `cluster up` gives), and says which on stderr.
 Kafka errors are printed with their name and the tool exits 1. Produce sends each line as a
 record as it is read (client/cli_produce.py). Consume reads every partition (or one) from the
 chosen offset and stops at the end unless --follow. With --group it is a member of that consumer
@@ -108,7 +110,9 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--bootstrap-server", default=DEFAULT_BOOTSTRAP, help="HOST:PORT[,HOST:PORT]")
+    p.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]",
+                   help="default: $EPOCHLOG_BOOTSTRAP_SERVERS, else the cluster `epochlog "
+                   f"cluster up` runs in ./.epochlog, else {DEFAULT_BOOTSTRAP}")
 
 
 def _run(coro: Any) -> int:
@@ -142,8 +146,10 @@ async def _topics(args: argparse.Namespace) -> int:
             return 0
         wanted = args.topic or names
         for name in wanted:
-            _check(cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
-                   f"topic {name}")
+            code = cluster.topic_errors.get(name, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            if code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                raise ValueError(f"topic {name} does not exist (UNKNOWN_TOPIC_OR_PARTITION)")
+            _check(code, f"topic {name}")
         elr = await _eligible_replicas(cluster, wanted)
         for name in wanted:
             for v in cluster.partitions_of(name):

@@ -24,6 +24,7 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from .admin import Admin
 from .cli import _common, _run
+from .cli_read import topic_partitions
 from .errors import KafkaError
 from .types import TopicPartition
 
@@ -109,8 +110,7 @@ async def _partitions(admin: Admin, args: argparse.Namespace) -> list[TopicParti
         topic, _, numbers = spec.partition(":")
         if not topic:
             raise ValueError(f"--topic {spec!r}: no topic name")
-        described = (await admin.describe_topics([topic]))[topic]
-        known = {p.partition for p in described.partitions}
+        known = set(await topic_partitions(admin, topic))
         if numbers:
             try:
                 wanted = [int(n) for n in numbers.split(",")]
@@ -128,11 +128,19 @@ async def _partitions(admin: Admin, args: argparse.Namespace) -> list[TopicParti
 
 
 async def _describe(admin: Admin, groups: list[str]) -> int:
+    """Each group's members, committed offsets and lag; a group that does not exist (its
+    coordinator answers Dead, as Kafka's does for an unknown id) is said so on stderr, and
+    makes the exit 1 once the others are shown."""
     described = await admin.describe_consumer_groups(groups)
+    missing = 0
     for group in groups:
         d = described[group]
-        print(f"group {group}: {d.state or 'unknown'}, {len(d.members)} members, "
-              f"coordinator {d.coordinator}")
+        if d.state == "Dead":
+            print(f"epochlog: no such group {group}", file=sys.stderr)
+            missing += 1
+            continue
+        members = f"{len(d.members)} member" + ("" if len(d.members) == 1 else "s")
+        print(f"group {group}: {d.state or 'unknown'}, {members}, coordinator {d.coordinator}")
         owners = {tp: m for m in d.members for tp in m.assignment}
         committed = await admin.list_consumer_group_offsets(group)
         shown = sorted(set(committed) | set(owners))
@@ -149,7 +157,7 @@ async def _describe(admin: Admin, groups: list[str]) -> int:
             print(f"{tp.topic}\t{tp.partition}\t{'-' if current is None else current}\t{end}\t"
                   f"{lag}\t{m.member_id if m else '-'}\t{m.host if m else '-'}\t"
                   f"{m.client_id if m else '-'}")
-    return 0
+    return 1 if missing else 0
 
 
 async def _reset(admin: Admin, args: argparse.Namespace, partitions: list[TopicPartition]

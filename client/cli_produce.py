@@ -140,7 +140,7 @@ async def produce(args: argparse.Namespace) -> int:
         print(f"epochlog: {outcomes.failed} of {read} records were not delivered to "
               f"{args.topic}: {outcomes.first_error}", file=sys.stderr)
         return 1
-    print(f"produced {outcomes.acked} records to {args.topic}", file=sys.stderr)
+    print(f"produced {_records(outcomes.acked)} to {args.topic}", file=sys.stderr)
     return EXIT_INTERRUPTED if interrupts.requested.is_set() else 0
 
 
@@ -149,6 +149,10 @@ async def _check_partition(producer: Producer, topic: str, partition: int) -> No
     if not 0 <= partition < len(partitions):
         raise UnknownTopicOrPartitionError(f"{topic} has no partition {partition} (it has "
                                            f"{len(partitions)}: 0-{len(partitions) - 1})")
+
+
+def _records(n: int) -> str:
+    return f"{n} record" if n == 1 else f"{n} records"
 
 
 def _split(line: bytes, delimiter: bytes | None) -> tuple[bytes | None, bytes]:

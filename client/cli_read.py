@@ -2,11 +2,13 @@
 Consumer, so a leader failover, a broker restart or a truncation is handled the way the library
 handles it (KIP-320 fencing and validation) instead of ending the command.
 
-Where it starts: --offset N (with --partition), --from-beginning, or the end. Where it stops: at
-the end offsets the partitions had when it started (like `kcat -e`), or never with --follow, or
-after --max-messages. Every wait is bounded: without --follow, no record for IDLE_MS_MAX while
-some partition is still short of its end is an error naming them (the cluster went away); with
---follow it waits for new records until Ctrl-C (exit 130; a second Ctrl-C ends it at once).
+Where it starts: --offset N (with --partition; refused without it, as Kafka's console consumer
+refuses it), --from-beginning, or the end. A topic that does not exist is said so (exit 1).
+Where it stops: at the end offsets the partitions had when it started (like `kcat -e`), or never
+with --follow, or after --max-messages. Every wait is bounded: without --follow, no record for
+IDLE_MS_MAX while some partition is still short of its end is an error naming them (the cluster
+went away); with --follow it waits for new records until Ctrl-C (exit 130; a second Ctrl-C ends
+it at once).
 """
 
 from __future__ import annotations
@@ -18,10 +20,21 @@ from typing import Any
 
 from .admin import Admin
 from .console import EXIT_INTERRUPTED, Interrupts, Progress, progress
+from .errors import UnknownTopicOrPartitionError
 from .types import TopicPartition
 
 IDLE_MS_MAX = 30_000
 POLL_MS = 500
+
+
+async def topic_partitions(admin: Admin, topic: str) -> list[int]:
+    """The topic's partition numbers; ValueError saying it does not exist (no topic is made:
+    a tool that reads or names partitions of a missing topic is told, not given a new one)."""
+    try:
+        described = (await admin.describe_topics([topic]))[topic]
+    except UnknownTopicOrPartitionError:
+        raise ValueError(f"topic {topic} does not exist (UNKNOWN_TOPIC_OR_PARTITION)") from None
+    return sorted(p.partition for p in described.partitions)
 
 
 async def read_assigned(args: argparse.Namespace,
@@ -29,9 +42,11 @@ async def read_assigned(args: argparse.Namespace,
     """emit(out, args, partition, offset, key, value) prints one record."""
     from .consumer import Consumer
 
+    if args.offset is not None and args.partition is None:
+        # as Kafka's console consumer: an offset is a position in one partition
+        raise ValueError("--offset needs --partition: an offset is a position in one partition")
     async with Admin(args.bootstrap_server) as admin:
-        described = (await admin.describe_topics([args.topic]))[args.topic]
-        known = sorted(p.partition for p in described.partitions)
+        known = await topic_partitions(admin, args.topic)
         if args.partition is not None and args.partition not in known:
             raise ValueError(f"{args.topic} has no partition {args.partition} (it has "
                              f"{len(known)})")

@@ -10,6 +10,9 @@
 # hash of this script, so the image is built once per machine and rebuilt only when the script
 # changes; a present image is reused without touching the network. EPOCHLOG_DEBIAN_MIRROR picks
 # another mirror.
+#
+# The image carries the label epochlog.made-by=docker/base-image.sh, and this script removes only
+# images of its repository that carry it: never another project's, nor one someone tagged by hand.
 set -euo pipefail
 
 suite=bookworm  # Python 3.11 is bookworm's python3
@@ -19,6 +22,7 @@ mirror=${EPOCHLOG_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 packages=python3,python3-venv,python-is-python3
 repo=epochlog-base
 tag="$repo:py3.11-$(sha256sum "$0" | cut -c1-12)"
+label=epochlog.made-by=docker/base-image.sh
 
 if docker image inspect "$tag" >/dev/null 2>&1; then
     echo "$tag: present, reused" >&2
@@ -43,8 +47,10 @@ rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/* "$root"/var/log/* \
 
 tar --numeric-owner -C "$root" -c . |
     docker import --change 'ENV LANG=C.UTF-8' --change 'CMD ["python3"]' \
+        --change "LABEL $label" \
         --message "debootstrap --variant=minbase --include=$packages $suite" - "$tag" >&2
-# Older tags of this script are dead weight: keep only the current one.
-docker image ls --format '{{.Repository}}:{{.Tag}}' "$repo" | grep -vxF "$tag" |
-    xargs -r docker image rm >&2 || true
+# Older tags of this script are dead weight: keep only the current one. Only images this script
+# made (its label, in its repository); one still used by a container stays.
+docker image ls --filter "label=$label" --format '{{.Repository}}:{{.Tag}}' "$repo" |
+    grep -vxF "$tag" | xargs -r docker image rm >&2 || true
 echo "$tag"

@@ -1,7 +1,9 @@
 """`epochlog`: dispatch to the subcommands each package contributes.
 
 A subcommand lives beside the code it drives and exposes `add_parser(subparsers)`, which
-registers its parser and sets `func(args) -> int` as the default. This module only lists them.
+registers its parser and sets `func(args) -> int` as the default. This module lists them, and
+fills in the bootstrap servers of every subcommand that takes `--bootstrap-server` and was not
+given it (bootstrap.py: the environment, the folder's cluster, the default), in one place.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import importlib.metadata
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 # Modules that contribute subcommands, in the order `epochlog --help` lists them.
 SUBCOMMAND_MODULES = (
@@ -50,6 +53,13 @@ def _version() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if hasattr(args, "bootstrap_server"):
+        from .bootstrap import choose
+
+        choice = choose(args.bootstrap_server, os.environ, Path.cwd())
+        if choice.note is not None:
+            print(f"epochlog: {choice.note}", file=sys.stderr)
+        args.bootstrap_server = choice.servers
     try:
         return int(args.func(args) or 0)
     except BrokenPipeError:  # `epochlog ... | head` is normal use: end quietly

@@ -148,7 +148,8 @@ def _exit_note(rc: int | None) -> str:
 def run_up(args: argparse.Namespace) -> int:
     from epochlog.testing.cluster import Cluster, NetworkFaultUnsupported
 
-    from .cluster_control import ControlError, ControlServer
+    from .cluster_control import ControlServer
+    from .cluster_socket import ControlError
 
     if not 1 <= args.brokers <= len(RACKS):
         print(f"epochlog cluster up: --brokers must be 1-{len(RACKS)}", file=sys.stderr)
@@ -174,6 +175,11 @@ def run_up(args: argparse.Namespace) -> int:
     except (ValueError, NetworkFaultUnsupported) as exc:
         print(f"epochlog cluster up: {exc}", file=sys.stderr)
         return 2
+    busy = _ports_in_use(cluster)
+    if busy:
+        print(f"epochlog cluster up: port {busy} in use on 127.0.0.1: stop what listens "
+              f"there, or choose another --port-base", file=sys.stderr)
+        return 1
     server = ControlServer(cluster, data_dir, lambda: {
         "bootstrap_servers": cluster.bootstrap_servers, "data_dir": str(data_dir),
         "network": cluster.network.describe()})
@@ -186,6 +192,30 @@ def run_up(args: argparse.Namespace) -> int:
         return _serve(cluster, sup, data_dir)
     finally:
         server.close()
+
+
+def _ports_in_use(cluster: Cluster) -> str:
+    """The planned ports another process already listens on, as "41001 (broker 2), ..."; empty
+    when all are free. Only on the loopback network: namespaces have addresses of their own. A
+    port taken between this check and the start still fails the start, with the broker's
+    words."""
+    import socket
+
+    if cluster.network.mode != "loopback":
+        return ""
+    busy: list[str] = []
+    for node in cluster.nodes():
+        for port in (node.port, getattr(node, "internal_port", None),
+                     getattr(node, "hooks_port", None)):
+            if port is None:
+                continue
+            with socket.socket() as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    busy.append(f"{port} ({node.name})")
+    return ", ".join(busy)
 
 
 def _interrupt(signum: int, frame: Any) -> None:
@@ -290,7 +320,7 @@ def _stop(cluster: Cluster, sup: _Supervisor) -> int:
 def run_control(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from .cluster_control import ControlError, request
+    from .cluster_socket import ControlError, request
     from .cluster_view import status_table
 
     data_dir = Path(args.data_dir).resolve()

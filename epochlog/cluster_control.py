@@ -1,4 +1,5 @@
-"""The control socket of a running `epochlog cluster up`: how another terminal drives it.
+"""The control socket of a running `epochlog cluster up`, its server side: how another terminal
+drives it (the client side, which loads nothing of the harness, is cluster_socket.py).
 
 `cluster up` listens on a Unix socket in its data dir, `<data-dir>/cluster.sock` (the folder's
 permissions guard it). A command (`epochlog cluster kill 2`) connects, sends one JSON line
@@ -7,8 +8,9 @@ permissions guard it). A command (`epochlog cluster kill 2`) connects, sends one
 `epochlog.testing.Cluster` method a test would call, one request at a time.
 
 A socket file left by a `cluster up` that died is replaced by the next one; a live one (it
-answers) makes a second `cluster up` on the same data dir refuse to start. Paths longer than a
-Unix socket address holds are reached through /proc/self/fd/N/cluster.sock (Linux).
+answers) makes a second `cluster up` on the same data dir refuse to start. `bootstrap` answers
+only the bootstrap servers, without asking any node: what the other tools ask the folder's
+cluster (epochlog/bootstrap.py).
 """
 
 from __future__ import annotations
@@ -18,99 +20,46 @@ import json
 import os
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from epochlog.testing.cluster import CLIENTS, CONTROLLER, Cluster, NodeId
 
-SOCKET_NAME = "cluster.sock"
-REQUEST_BYTES_MAX = 64 * 1024
-ANSWER_BYTES_MAX = 4 << 20
-CONTROL_S = 180.0  # the longest a command waits: a restart stops, starts and registers
-SUN_PATH_MAX = 100  # Linux holds 107 bytes; a little room
+from .cluster_socket import (
+    REQUEST_BYTES_MAX,
+    ControlError,
+    read_line,
+    running,
+    short_path,
+    socket_path,
+)
 
 
-class ControlError(RuntimeError):
-    """No cluster answers at this data dir, or it refused the request."""
-
-
-def socket_path(data_dir: Path) -> Path:
-    return data_dir / SOCKET_NAME
-
-
-@contextlib.contextmanager
-def _short_path(path: Path) -> Iterator[str]:
-    """A path a Unix socket address can hold: the path itself, or /proc/self/fd/N/NAME."""
-    if len(os.fsencode(path)) <= SUN_PATH_MAX:
-        yield str(path)
-        return
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        yield f"/proc/self/fd/{fd}/{path.name}"
-    finally:
-        os.close(fd)
-
-
-def _read_line(conn: socket.socket, limit: int) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = conn.recv(65536)
-        if not chunk:
-            break
-        data += chunk
-        if len(data) > limit:
-            raise ControlError(f"message over {limit} bytes")
-    return data
-
-
-# -------------------------------------------------------------------------------- client
-def request(data_dir: Path, message: dict[str, Any], timeout_s: float = CONTROL_S
-            ) -> dict[str, Any]:
-    """Send one request to the cluster running in data_dir; its answer (ok true)."""
-    path = socket_path(data_dir)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-        conn.settimeout(timeout_s)
-        try:
-            with _short_path(path) as address:
-                conn.connect(address)
-        except (FileNotFoundError, ConnectionRefusedError):
-            raise ControlError(f"no cluster runs in {data_dir} (nothing answers on {path}); "
-                               f"start one with `epochlog cluster up --data-dir {data_dir}`"
-                               ) from None
-        conn.sendall(json.dumps(message).encode() + b"\n")
-        raw = _read_line(conn, ANSWER_BYTES_MAX)
-    if not raw:
-        raise ControlError("the cluster closed the control connection without an answer")
-    answer: dict[str, Any] = json.loads(raw)
-    if not answer.get("ok"):
-        raise ControlError(str(answer.get("error", "refused")))
-    return answer
-
-
-def running(data_dir: Path) -> bool:
-    """Whether a cluster answers on data_dir's control socket."""
-    try:
-        request(data_dir, {"op": "ping"}, timeout_s=5.0)
-        return True
-    except (ControlError, OSError):
-        return False
-
-
-# -------------------------------------------------------------------------------- server
-def parse_node(text: object) -> NodeId:
-    """A node as a command names it: a broker id, "controller" (or "c"), "clients"."""
-    if isinstance(text, int):
-        return text
+def parse_node(text: object, broker_ids: list[int], clients: bool = False) -> NodeId:
+    """A node as a command names it: one of broker_ids, "controller" (or "c"), and where
+    clients is true (partition's groups) "clients". ValueError saying what the nodes are."""
     word = str(text).strip().lower()
     if word in ("controller", "c"):
         return CONTROLLER
-    if word == CLIENTS:
+    if clients and word == CLIENTS:
         return CLIENTS
-    if word.isdigit():
-        return int(word)
-    raise ValueError(f"{text!r} is not a node: a broker id, 'controller' or 'clients'")
+    ids = ", ".join(map(str, broker_ids))
+    choices = (f"a broker id ({ids}), 'controller' or 'clients'" if clients
+               else f"a broker id ({ids}) or 'controller'")
+    if not word.isdigit():
+        raise ValueError(f"{text!r} is not a node: {choices}")
+    if int(word) not in broker_ids:
+        raise ValueError(f"no node {int(word)}: the nodes are brokers {ids} and 'controller'")
+    return int(word)
+
+
+def _said(exc: Exception) -> str:
+    """An exception as a user reads it: its message, without the exception's name."""
+    if isinstance(exc, KeyError) and exc.args:
+        return str(exc.args[0])  # str() of a KeyError quotes its message
+    return str(exc) or type(exc).__name__
 
 
 class ControlServer:
@@ -132,7 +81,7 @@ class ControlServer:
                 raise ControlError(f"a cluster already runs in {self.path.parent}: stop it "
                                    "first (Ctrl-C in its terminal)")
             self.path.unlink()  # left by a cluster up that died
-        with _short_path(self.path) as address:
+        with short_path(self.path) as address:
             self._sock.bind(address)
         os.chmod(self.path, 0o600)
         self._sock.listen(8)
@@ -155,11 +104,11 @@ class ControlServer:
             with conn:
                 try:
                     conn.settimeout(10.0)
-                    raw = _read_line(conn, REQUEST_BYTES_MAX)
+                    raw = read_line(conn, REQUEST_BYTES_MAX)
                     conn.settimeout(None)
                     answer = self.handle(json.loads(raw))
                 except Exception as exc:  # the answer says what went wrong; we serve on
-                    answer = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+                    answer = {"ok": False, "error": _said(exc)}
                 with contextlib.suppress(OSError):
                     conn.sendall(json.dumps(answer).encode() + b"\n")
 
@@ -168,23 +117,26 @@ class ControlServer:
         c = self.cluster
         if op == "ping":
             return {"ok": True}
+        if op == "bootstrap":
+            return {"ok": True, "bootstrap_servers": c.bootstrap_servers}
         if op == "status":
             rows = [asdict(row) for row in c.status()]
             return {"ok": True, "nodes": rows, **self.extra_status()}
         if op in ("kill", "stop", "pause", "resume", "restart", "isolate"):
-            node = parse_node(message.get("node"))
+            node = parse_node(message.get("node"), c.broker_ids)
             getattr(c, op)(node)
             n = c.node(node)
             return {"ok": True, "message": f"{n.name}: {op} done, now {n.state()}"
                     + (f" (pid {n.pid})" if n.alive else "")}
         if op == "partition":
-            groups = [[parse_node(m) for m in g] for g in message.get("groups", [])]
+            groups = [[parse_node(m, c.broker_ids, clients=True) for m in g]
+                      for g in message.get("groups", [])]
             one_way = bool(message.get("one_way", False))
             c.partition(*groups, one_way=one_way)
             return {"ok": True, "message": f"partitioned {groups}" + (" one way" if one_way
                                                                       else "")}
         if op == "slow":
-            node = parse_node(message.get("node"))
+            node = parse_node(message.get("node"), c.broker_ids)
             c.slow(node, delay_ms=int(message.get("delay_ms", 100)),
                    jitter_ms=int(message.get("jitter_ms", 0)),
                    loss_pct=float(message.get("loss_pct", 0.0)))

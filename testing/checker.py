@@ -55,6 +55,11 @@ poll-skip that involve a record the final log no longer holds (the mark of a tru
 unreported-truncation always fails: losing data is allowed there, reading past the loss silently
 is not.
 
+A history that tested nothing fails too: with no acknowledged send, or no record read, there is
+nothing for the anomalies to be found in, and "no anomalies" would say nothing (a client library
+that did not load, a cluster nobody reached). `Verdict.unexercised` says which is missing, and
+`ok` is false.
+
 Records with no value (tombstones) cannot be told apart and are left out. Each kind lists at most
 `anomalies_per_kind_max` anomalies; `Verdict.counts` has the full counts.
 """
@@ -91,12 +96,14 @@ class Anomaly(msgspec.Struct, kw_only=True):
 
 
 class Verdict(msgspec.Struct, kw_only=True):
-    ok: bool  # no anomaly, or only expected ones
+    ok: bool  # no anomaly, or only expected ones, and the history exercised something
     loss_expected: bool
     anomalies: list[Anomaly]  # at most anomalies_per_kind_max per kind
     counts: dict[str, int]  # kind -> anomalies found (all of them)
     failing: dict[str, int]  # kind -> anomalies found that fail the verdict
     stats: dict[str, int]
+    # why the history tested nothing (no acknowledged send, no record read); empty when it did
+    unexercised: list[str] = msgspec.field(default_factory=list)
 
     def __str__(self) -> str:
         head = "ok" if self.ok else "FAILED"
@@ -105,6 +112,7 @@ class Verdict(msgspec.Struct, kw_only=True):
                           for kind, n in self.counts.items() if n)
         lines = [f"{head}: {found or 'no anomalies'}"
                  + (" (loss declared expected)" if self.loss_expected else "")]
+        lines += [f"  nothing tested: {why}" for why in self.unexercised]
         lines += [f"  {a.kind}{' (expected)' if a.expected else ''}: {a.explanation}"
                   for a in self.anomalies[:20]]
         if len(self.anomalies) > 20:
@@ -186,9 +194,24 @@ def check(history: History | Iterable[AnyOp], *,
     _sends(found, parts, ops)
     _polls(found, parts, ops)
     failing = {k: n for k, n in found.failing.items() if n}
-    return Verdict(ok=not failing, loss_expected=loss_expected, anomalies=found.anomalies,
-                   counts={k: n for k, n in found.counts.items() if n}, failing=failing,
-                   stats=_stats(ops, parts))
+    stats = _stats(ops, parts)
+    unexercised = _unexercised(stats, ops)
+    return Verdict(ok=not failing and not unexercised, loss_expected=loss_expected,
+                   anomalies=found.anomalies, counts={k: n for k, n in found.counts.items() if n},
+                   failing=failing, stats=stats, unexercised=unexercised)
+
+
+def _unexercised(stats: dict[str, int], ops: list[AnyOp]) -> list[str]:
+    """Why the history tested nothing: no send acknowledged, no record read (else empty)."""
+    why: list[str] = []
+    if not stats["sends_acked"]:
+        first = next((op.error for op in ops if isinstance(op, Send) and op.error is not None),
+                     None)
+        why.append(f"no send was acknowledged ({stats['sends']} sends, {stats['sends_failed']} "
+                   "failed" + (f"; the first error: {first}" if first else "") + ")")
+    if not stats["values_read"]:
+        why.append("no record was read: no poll returned one")
+    return why
 
 
 # ----------------------------------------------------------------------------- observations

@@ -215,10 +215,20 @@ class Process:
                         return found
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or (not self.alive and self._reader_done()):
-                    why = "timed out" if remaining <= 0 else f"exited with {self.returncode}"
-                    raise ProcessError(f"{self.name}: no line matching {regex.pattern!r} "
-                                       f"({why}); log:\n" + self.tail())
+                    raise ProcessError(self._gave_up(regex, remaining <= 0))
                 self._changed.wait(min(remaining, 1.0))
+
+    def _gave_up(self, regex: re.Pattern[str], timed_out: bool) -> str:
+        """Why a wait_line ended without its line: the process's own last error first (what a
+        person needs: "address already in use"), then what was waited for, then its log."""
+        if timed_out:
+            head = f"{self.name}: no line matching {regex.pattern!r} (timed out)"
+        else:
+            errors = [line for line in self._lines if " ERROR " in line or " CRITICAL " in line]
+            said = errors[-1].split(": ", 1)[-1] if errors else "no error logged"
+            head = (f"{self.name} exited with code {self.returncode} before it was ready: "
+                    f"{said} (waited for a line matching {regex.pattern!r})")
+        return f"{head}; log:\n" + self.tail()
 
     def has_line(self, text: str, start: int = 0) -> bool:
         """Whether a line containing text was read already. Only for lines the child printed

@@ -29,6 +29,9 @@ source value a sink value was made from):
   until done (`pipeline.drained`); otherwise such records may merely be unprocessed yet.
 
 Exactly once is: no duplicate-processing and no lost-processing.
+
+As with `check`, a history that tested nothing fails: with no committed transaction, or no
+record read by a read_committed consumer, `Verdict.unexercised` says which, and `ok` is false.
 """
 
 from __future__ import annotations
@@ -111,8 +114,22 @@ def check_transactions(history: History | Iterable[AnyOp], *, pipeline: Pipeline
     if pipeline is not None:
         _pipeline(found, ops, read, pipeline)
     counts = {k: n for k, n in found.counts.items() if n}
-    return Verdict(ok=not counts, loss_expected=False, anomalies=found.anomalies, counts=counts,
-                   failing=dict(counts), stats=_stats(ops, txns, read))
+    stats = _stats(ops, txns, read)
+    unexercised = _unexercised(stats)
+    return Verdict(ok=not counts and not unexercised, loss_expected=False,
+                   anomalies=found.anomalies, counts=counts, failing=dict(counts), stats=stats,
+                   unexercised=unexercised)
+
+
+def _unexercised(stats: dict[str, int]) -> list[str]:
+    """Why the history tested no transaction: none committed, nothing read_committed."""
+    why: list[str] = []
+    if not stats["committed"]:
+        why.append(f"no transaction committed ({stats['transactions']} transactions, "
+                   f"{stats['aborted']} aborted)")
+    if not stats["read_committed_records"]:
+        why.append("no record was read by a read_committed consumer")
+    return why
 
 
 def _transactions(ops: list[AnyOp]) -> dict[str, _Txn]:

@@ -11,6 +11,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -264,3 +265,177 @@ def test_logs_at_warning_show_what_needs_a_person_only(tmp_path: Path) -> None:
     finally:
         if up.alive:
             up.interrupt()
+
+
+def _tools_taking_a_bootstrap() -> set[tuple[str, ...]]:
+    """Every command line of `epochlog` that takes --bootstrap-server, read from its parser."""
+    import argparse
+
+    from epochlog.cli import build_parser
+
+    def walk(parser: argparse.ArgumentParser, path: tuple[str, ...]
+             ) -> Iterator[tuple[str, ...]]:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    yield from walk(sub, (*path, name))
+        if any(action.dest == "bootstrap_server" for action in parser._actions):
+            yield path
+
+    return set(walk(build_parser(), ()))
+
+
+# One harmless use of each tool that takes --bootstrap-server (the topic "found" exists).
+BOOTSTRAP_TOOLS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("topics", "create"): ("topics", "create", "made-here", "--replication-factor", "1"),
+    ("topics", "list"): ("topics", "list"),
+    ("topics", "describe"): ("topics", "describe", "found"),
+    ("topics", "delete"): ("topics", "delete", "made-here"),
+    ("produce",): ("produce", "found"),
+    ("consume",): ("consume", "found", "--from-beginning"),
+    ("groups", "list"): ("groups", "list"),
+    ("groups", "describe"): ("groups", "describe", "readers"),
+    ("groups", "reset-offsets"): ("groups", "reset-offsets", "readers", "--topic", "found",
+                                  "--to-earliest"),
+    ("groups", "delete-offsets"): ("groups", "delete-offsets", "readers", "--topic", "found"),
+    ("groups", "delete"): ("groups", "delete", "readers"),
+    ("transactions", "list"): ("transactions", "list"),
+    ("transactions", "describe"): ("transactions", "describe", "no-such-id"),
+    ("delete-records",): ("delete-records", "found", "--partition", "0", "--offset", "0"),
+    ("configs", "describe"): ("configs", "describe", "--topic", "found"),
+    ("configs", "alter"): ("configs", "alter", "--topic", "found", "--set",
+                           "retention.ms=600000"),
+}
+
+
+def test_every_tool_finds_the_cluster_up_of_its_folder_unless_told_otherwise(
+        tmp_path: Path) -> None:
+    """A cluster up on other ports than the default, in the folder the tools run in: each tool
+    that takes --bootstrap-server finds it as `cluster status` does, and says so on stderr.
+    EPOCHLOG_BOOTSTRAP_SERVERS wins over the folder's cluster, and --bootstrap-server over both
+    (said nowhere); with none of them, 127.0.0.1:9092, said too."""
+    assert _tools_taking_a_bootstrap() == set(BOOTSTRAP_TOOLS), "a tool without a case here"
+    folder = tmp_path / "project"
+    folder.mkdir()
+    base = free_port_base()
+    up = ClusterUp(folder / ".epochlog", "--port-base", str(base))
+    env = {k: v for k, v in os.environ.items() if k != "EPOCHLOG_BOOTSTRAP_SERVERS"}
+
+    def tool(*args: str, cwd: Path = folder, stdin: str = "", **extra: str
+             ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(epochlog_command(*args), cwd=cwd, input=stdin, text=True,
+                              capture_output=True, timeout=WAIT_S, env={**env, **extra})
+
+    try:
+        bootstrap = up.bootstrap()
+        found_line = f"epochlog: bootstrap servers {bootstrap} (the cluster running in ./.epochlog)"
+        made = tool("produce", "found", stdin="one\ntwo\n")
+        assert made.returncode == 0 and made.stderr.splitlines() == [
+            found_line, "produced 2 records to found"], made.stderr
+        read = tool("consume", "found", "--group", "readers", "--from-beginning",
+                    "--max-messages", "2")
+        assert read.returncode == 0 and read.stdout.split() == ["one", "two"], read.stderr
+        for key, args in BOOTSTRAP_TOOLS.items():
+            out = tool(*args)
+            assert out.stderr.splitlines()[:1] == [found_line], (key, out.stderr)
+            assert "127.0.0.1:9092" not in out.stdout + out.stderr, (key, out.stderr)
+
+        dead = f"127.0.0.1:{free_port_base()}"  # nothing listens there
+        env_first = tool("topics", "list", EPOCHLOG_BOOTSTRAP_SERVERS=dead)
+        assert env_first.returncode == 1, env_first.stdout
+        assert env_first.stderr.splitlines()[0] == \
+            f"epochlog: bootstrap servers {dead} (from EPOCHLOG_BOOTSTRAP_SERVERS)"
+        assert f"no broker answered: {dead}" in env_first.stderr
+        flag_first = tool("topics", "list", "--bootstrap-server", f"127.0.0.1:{base + 1}",
+                          EPOCHLOG_BOOTSTRAP_SERVERS=dead)
+        assert flag_first.returncode == 0 and flag_first.stderr == "", flag_first.stderr
+        assert "found" in flag_first.stdout.split()
+
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        default = tool("topics", "list", cwd=elsewhere)
+        assert default.stderr.splitlines()[0] == (
+            "epochlog: bootstrap servers 127.0.0.1:9092 (the default: no --bootstrap-server, "
+            "EPOCHLOG_BOOTSTRAP_SERVERS not set, no cluster runs in ./.epochlog)")
+        assert up.interrupt() == 0
+    finally:
+        up.kill()
+    # The cluster has stopped: its socket is gone, and the folder's tools fall back, saying so.
+    gone = tool("topics", "list")
+    assert gone.stderr.splitlines()[0].endswith("no cluster runs in ./.epochlog)"), gone.stderr
+
+
+PYTHON_EXCEPTION = re.compile(r"\b\w*(Error|Exception)\b|Traceback")
+
+
+def test_cli_mistakes_are_said_plainly_and_exit_1(cluster_up: ClusterUp) -> None:
+    """Each mistake a newcomer makes (issue 29) gets one line saying what was wrong, no Python
+    exception's name, and exit 1."""
+    bootstrap = cluster_up.bootstrap()
+
+    def said(args: tuple[str, ...], stdin: str = "") -> str:
+        out = subprocess.run(epochlog_command(*args), input=stdin, capture_output=True,
+                             text=True, timeout=WAIT_S)
+        assert out.returncode == 1, (args, out.returncode, out.stdout, out.stderr)
+        assert not PYTHON_EXCEPTION.search(out.stderr), (args, out.stderr)
+        return out.stderr.strip()
+
+    here = ("--data-dir", str(cluster_up.data_dir))
+    assert said(("cluster", "kill", "7", *here)) == \
+        "epochlog cluster kill: no node 7: the nodes are brokers 1, 2, 3 and 'controller'"
+    assert said(("cluster", "kill", "abc", *here)) == \
+        "epochlog cluster kill: 'abc' is not a node: a broker id (1, 2, 3) or 'controller'"
+    assert said(("cluster", "stop", "clients", *here)) == \
+        "epochlog cluster stop: 'clients' is not a node: a broker id (1, 2, 3) or 'controller'"
+    assert said(("cluster", "partition", "1", "2,x", "--one-way", *here)).endswith(
+        "'x' is not a node: a broker id (1, 2, 3), 'controller' or 'clients'")
+
+    flag = ("--bootstrap-server", bootstrap)
+    one = subprocess.run(epochlog_command("produce", "demo", *flag), input="hello\n",
+                         capture_output=True, text=True, timeout=WAIT_S)
+    assert one.returncode == 0 and one.stderr.strip() == "produced 1 record to demo", one.stderr
+    missing = "epochlog: topic nosuchtopic does not exist (UNKNOWN_TOPIC_OR_PARTITION)"
+    assert said(("consume", "nosuchtopic", *flag)) == missing
+    assert said(("topics", "describe", "nosuchtopic", *flag)) == missing
+    # as Kafka's console consumer, an offset without a partition is refused, not applied to all
+    assert said(("consume", "demo", "--offset", "0", *flag)) == \
+        "epochlog: --offset needs --partition: an offset is a position in one partition"
+    assert said(("groups", "describe", "nosuchgroup", *flag)) == \
+        "epochlog: no such group nosuchgroup"
+
+
+def test_cluster_up_on_a_port_in_use_says_which_before_starting_anything(tmp_path: Path) -> None:
+    base = free_port_base()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 1))
+        holder.listen()
+        out = subprocess.run(epochlog_command("cluster", "up", "--port-base", str(base),
+                                              "--data-dir", str(tmp_path)),
+                             capture_output=True, text=True, timeout=WAIT_S)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert out.stderr.strip() == (f"epochlog cluster up: port {base + 1} (broker 2) in use on "
+                                  "127.0.0.1: stop what listens there, or choose another "
+                                  "--port-base"), out.stderr
+    assert "started" not in out.stdout and not (tmp_path / "logs").exists()
+
+
+def test_a_node_that_dies_while_starting_is_reported_with_its_own_error(tmp_path: Path) -> None:
+    """A port taken after cluster up's check (or by a test's own Cluster): the start fails
+    with the broker's error first, not the line it waited for."""
+    from epochlog.testing.cluster import Cluster
+    from epochlog.testing.processes import ProcessError
+
+    base = free_port_base()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", base + 1))
+        holder.listen()
+        cluster = Cluster(3, base_dir=tmp_path, port_base=base)
+        try:
+            with pytest.raises(ProcessError) as failed:
+                cluster.start()
+        finally:
+            cluster._kill_all()
+    head = str(failed.value).splitlines()[0]
+    assert head.startswith("broker 2 exited with code 1 before it was ready: broker 2 failed "
+                           "to start: "), head
+    assert "address already in use" in head, head

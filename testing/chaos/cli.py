@@ -3,7 +3,8 @@
 
 run prints the schedule, shows the run live (live.py), writes the report folder when asked
 (report.py), prints the verdict, and exits 0 when the history checks clean (expected loss
-included), 1 on any failing anomaly or problem, 2 on bad arguments.
+included), 1 on any failing anomaly or problem or on a run that tested nothing (no acknowledged
+send, no record read), 2 on bad arguments or a client library that is not installed.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import Any
 
 from ..history import History
 from ..targets import TARGETS, TargetUnavailable
-from .scenarios import SCENARIOS, get
-from .workload import CLIENTS
+from .scenarios import DURATION_S_MIN, SCENARIOS, get
+from .workload import CLIENTS, ClientUnavailable, require_client
 
 DURATION_S_MAX = 24 * 3600.0
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -32,8 +33,9 @@ def parse_duration(text: str) -> float:
                                          "(e.g. 60s, 2m)")
     seconds = float(found.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[
         found.group(2)]
-    if not 0 < seconds <= DURATION_S_MAX:
-        raise argparse.ArgumentTypeError(f"duration {text!r}: more than 0 and at most 24h")
+    if not DURATION_S_MIN <= seconds <= DURATION_S_MAX:  # a schedule needs room for a fault
+        raise argparse.ArgumentTypeError(f"duration {text!r}: at least {DURATION_S_MIN:g}s and "
+                                         "at most 24h")
     return seconds
 
 
@@ -77,6 +79,11 @@ def run_command(args: argparse.Namespace,
     if scenario.local_only and args.target != "local":
         print(f"epochlog chaos: scenario {scenario.name} runs on the local target only: it "
               f"writes into the brokers' data dirs", file=sys.stderr)
+        return 2
+    try:
+        require_client(args.client)
+    except ClientUnavailable as exc:
+        print(f"epochlog chaos: {exc}", file=sys.stderr)
         return 2
     config = RunConfig(scenario=scenario, seed=args.seed, duration_s=args.duration,
                        client=args.client, target=args.target, rate_per_s=args.rate)

@@ -17,7 +17,8 @@ Theory of operation
    fully replicated again (bounded). Producers stop and flush.
 4. Reading back: a fresh consumer reads every partition from start to end (the final log); the
    group's consumers get DRAIN_S to have seen all of it between them.
-5. check() judges the history. The run fails on any failing anomaly, and on `problems`: the
+5. check() judges the history. The run fails on any failing anomaly, on a history that tested
+   nothing (no acknowledged send or no record read: `Verdict.unexercised`), and on `problems`: the
    cluster did not heal, the read-back did not finish, the group did not catch up, a window
    could not be applied, or (where the scenario expects no loss) an acknowledged value is not
    in the final log: check() does not see a value that was polled before a truncation and
@@ -42,7 +43,7 @@ from ..damage import damage
 from ..history import History, Send
 from ..targets import open_cluster
 from .scenarios import FAST_FAILOVER, Scenario, Window
-from .workload import Client, Workload, read_back
+from .workload import Client, Workload, read_back, require_client
 
 TOPIC = "chaos"
 GROUP = "chaos"
@@ -127,6 +128,7 @@ def run(config: RunConfig, observer: Observer | None = None,
     history before it is checked (e.g. takes an acknowledged record out of the read-back)."""
     obs = observer or Quiet()
     s = config.scenario
+    require_client(config.client)  # before a cluster is started for a workload that cannot run
     schedule = s.schedule(config.seed, config.duration_s)
     history = History()
     t0 = time.monotonic()  # the history's clock starts here too (within a millisecond)
@@ -201,6 +203,9 @@ def run(config: RunConfig, observer: Observer | None = None,
     if lost and not s.loss_expected:
         problems.append(f"{len(lost)} acknowledged value(s) are not in the final log, e.g. "
                         f"{sorted(lost)[:3]}")
+    if verdict.unexercised and workload.errors:  # the verdict says what is missing; this, why
+        problems.append(f"the workload tested nothing ({'; '.join(verdict.unexercised)}); its "
+                        f"clients' first error: {workload.errors[0]}")
     return Outcome(config=config, schedule=schedule, history=history, verdict=verdict,
                    applied=applied, problems=problems, errors=list(workload.errors),
                    error_count=workload.error_count, final_values=len(final),

@@ -6,7 +6,9 @@ aiokafka, run an event loop on theirs), so one client stuck across a fault holds
 Producers send unique values ("<producer>-<n>", keyed so they spread over the partitions), paced
 to `rate_per_s` each; consumers poll and commit after every non-empty poll. Errors a client
 raises are counted and kept (at most ERRORS_KEPT) for the report, and the client goes on: during
-a fault, errors are expected; what matters is what check() finds in the history.
+a fault, errors are expected; what matters is what check() finds in the history. A client whose
+library is not installed is refused before anything starts (`require_client`, naming the pip
+package), not discovered as errors of threads that never sent anything.
 
 Ending: `stop_producing` has every producer stop and flush (bounded by FLUSH_S); `read_back`
 reads every partition from its start to its end with a fresh consumer of epochlog's own client
@@ -17,6 +19,7 @@ they have seen every value of the final log (bounded); `close` stops the consume
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import threading
 import time
@@ -40,6 +43,30 @@ HEARTBEAT_MS = 500
 ERRORS_KEPT = 200
 CONSUMERS_MAX = 6
 JOIN_S = 30.0  # a thread's start and end
+# client -> (its recording adapter, the pip package its library comes from); epochlog's own
+# client is always there
+CLIENT_LIBRARIES: dict[Client, tuple[str, str]] = {
+    "confluent": ("epochlog.testing.adapter_confluent", "confluent-kafka"),
+    "kafka-python": ("epochlog.testing.adapter_kafka_python", "kafka-python"),
+    "aiokafka": ("epochlog.testing.adapter_aiokafka", "aiokafka"),
+}
+
+
+class ClientUnavailable(RuntimeError):
+    """The workload's client library is not installed here; the message names its package."""
+
+
+def require_client(client: Client) -> None:
+    """Raise ClientUnavailable, naming the pip package to install, if client's library (or its
+    recording adapter) cannot be imported."""
+    if client not in CLIENT_LIBRARIES:
+        return
+    adapter, package = CLIENT_LIBRARIES[client]
+    try:
+        importlib.import_module(adapter)
+    except ImportError as exc:
+        raise ClientUnavailable(f"--client {client} needs the {package} package, which cannot "
+                                f"be imported here ({exc}): pip install {package}") from None
 
 
 class Workload:
@@ -49,6 +76,7 @@ class Workload:
                  group: str = "chaos") -> None:
         if client not in CLIENTS:
             raise ValueError(f"client {client!r}: one of {', '.join(CLIENTS)}")
+        require_client(client)
         self.bootstrap, self.history, self.topic = bootstrap, history, topic
         self.partitions, self.client, self.acks, self.idempotent = partitions, client, acks, \
             idempotent

@@ -126,7 +126,7 @@ def test_list_describe_reset_delete(bootstrap: str) -> None:
                               "--to-latest", "--execute")
         assert code == 1 and "has live members" in err, err
         code, out, _ = groups(bootstrap, "describe", "billing")
-        assert "Stable, 1 members" in out and "kafka-python" in out, out
+        assert "Stable, 1 member," in out and "kafka-python" in out, out
         code, out, _ = groups(bootstrap, "delete-offsets", "billing", "--topic", "orders:0")
         assert code == 1 and "GROUP_SUBSCRIBED_TO_TOPIC" in out, out
         code, _, err = groups(bootstrap, "delete", "billing")
@@ -150,6 +150,7 @@ def test_list_describe_reset_delete(bootstrap: str) -> None:
 
 BAD_INPUTS = [
     (("delete", "nobody"), "GROUP_ID_NOT_FOUND"),
+    (("describe", "nobody"), "no such group nobody"),  # not "Dead, 0 members" and exit 0
     (("reset-offsets", "billing", "--topic", "orders:x", "--to-earliest"), "partitions must be"),
     (("reset-offsets", "billing", "--topic", "orders:7", "--to-earliest"), "no partition 7"),
     (("reset-offsets", "billing", "--topic", "nope", "--to-earliest"), "UNKNOWN_TOPIC"),

@@ -9,6 +9,7 @@ with --run-slow: three more seeds each with longer runs, and the other three cli
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -123,6 +124,51 @@ def test_a_broken_run_exits_non_zero_and_names_the_anomaly(
     assert len(loaded) == len([op for op in loaded.ops]) > 100
 
 
+def test_a_run_that_tested_nothing_fails_saying_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A gate on a run in which nothing was acknowledged or read must not go green: the history
+    is emptied of acknowledgements and reads after the run (as a client that never reached the
+    cluster would leave it), and the run fails, saying what it lacked."""
+    def nothing_acknowledged_or_read(history: History) -> None:
+        for op in history.ops:
+            if isinstance(op, Send):
+                op.error = "never acknowledged (tampered)"
+            elif isinstance(op, Poll):
+                op.records = []
+
+    folder = tmp_path / "report"
+    args = build_parser().parse_args(["chaos", "run", "--scenario", "kill-leader", "--seed",
+                                      "3", "--duration", "6s", "--report", str(folder)])
+    assert chaos_cli.run_command(args, tamper=nothing_acknowledged_or_read) == 1
+    out = capsys.readouterr().out
+    assert "FAILED: no anomalies" in out, out
+    assert "nothing tested: no send was acknowledged" in out, out
+    assert "nothing tested: no record was read" in out, out
+    verdict = json.loads((folder / "verdict.json").read_text())
+    assert verdict["ok"] is False and len(verdict["verdict"]["unexercised"]) == 2, verdict
+
+
+def test_a_client_library_not_installed_is_refused_naming_its_package(tmp_path: Path) -> None:
+    """`--client confluent` where confluent-kafka cannot be imported (a stand-in package first
+    on the path fails as a missing one does) stops before any cluster starts, exit 2, with the
+    pip package to install, instead of a run of zero sends that checks clean."""
+    blocked = tmp_path / "blocked" / "confluent_kafka"
+    blocked.mkdir(parents=True)
+    (blocked / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'confluent_kafka'\", "
+        "name='confluent_kafka')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(blocked.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    result = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
+                             "kill-leader", "--client", "confluent", "--duration", "5s"],
+                            capture_output=True, text=True, timeout=180, env=env, cwd=tmp_path)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "--client confluent needs the confluent-kafka package" in result.stderr
+    assert "pip install confluent-kafka" in result.stderr
+    assert "Traceback" not in result.stderr and "ModuleNotFoundError" not in result.stderr
+    assert "schedule" not in result.stderr and not result.stdout  # nothing was started
+
+
 def test_list_and_bad_arguments_from_the_command_line() -> None:
     listed = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "list"],
                             capture_output=True, text=True, timeout=60, check=True).stdout
@@ -131,6 +177,11 @@ def test_list_and_bad_arguments_from_the_command_line() -> None:
                           "kill-leader", "--duration", "soon"], capture_output=True, text=True,
                          timeout=60)
     assert bad.returncode == 2 and "duration 'soon'" in bad.stderr
+    short = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
+                            "kill-leader", "--duration", "4s"], capture_output=True, text=True,
+                           timeout=60)  # a traceback ending in ValueError before (issue 29)
+    assert short.returncode == 2 and "duration '4s': at least 5s" in short.stderr, short.stderr
+    assert "Traceback" not in short.stderr
     elsewhere = subprocess.run([sys.executable, "-m", "epochlog", "chaos", "run", "--scenario",
                                 "storage-damage", "--target", "compose"], capture_output=True,
                                text=True, timeout=60)

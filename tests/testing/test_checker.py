@@ -42,6 +42,29 @@ def test_a_clean_history_passes() -> None:
     assert verdict.stats["sends_acked"] == 6 and verdict.stats["values_read"] == 6
 
 
+def test_a_history_that_tested_nothing_fails_saying_why() -> None:
+    """No anomaly in a history with nothing in it is no evidence: a client library that did not
+    load, or a cluster nobody reached, must not pass a gate."""
+    empty = check(new_history())
+    assert not empty.ok and not empty.anomalies
+    assert empty.unexercised == ["no send was acknowledged (0 sends, 0 failed)",
+                                 "no record was read: no poll returned one"]
+    assert "nothing tested: no send was acknowledged" in str(empty)
+
+    refused = new_history()
+    op = refused.send_started("p", "t", b"a", partition=0)
+    refused.send_failed(op, ConnectionError("no broker answered"))
+    verdict = check(refused)
+    assert not verdict.ok
+    assert verdict.unexercised == [
+        "no send was acknowledged (1 sends, 1 failed; the first error: ConnectionError: no "
+        "broker answered)", "no record was read: no poll returned one"]
+
+    only_read = new_history()  # reads, but of nothing this history sent
+    poll(only_read, [(0, b"a")])
+    assert check(only_read).unexercised == ["no send was acknowledged (0 sends, 0 failed)"]
+
+
 def test_every_kind_has_a_test_here() -> None:
     tested = {name.removeprefix("test_").replace("_", "-") for name in globals()
               if name.startswith("test_")}

@@ -136,3 +136,15 @@ def test_histories_recorded_apart_merge_in_time_order() -> None:
     merged = History.merged([b, a])
     assert [type(op).__name__ for op in merged.ops] == ["Send", "Txn", "Poll"]
     assert check_transactions(merged).ok
+
+
+def test_a_history_that_tested_no_transaction_fails_saying_why() -> None:
+    """No anomaly among no transactions is no evidence: a pipeline that never committed, or a
+    reader that never read, must not pass a gate."""
+    h = new_history()
+    txn(h, "t1", [(0, b"a")], "abort")
+    read(h, [(1, b"b")], committed=False)
+    verdict = check_transactions(h)
+    assert not verdict.ok and not verdict.counts
+    assert verdict.unexercised == ["no transaction committed (1 transactions, 1 aborted)",
+                                   "no record was read by a read_committed consumer"]
