@@ -36,9 +36,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 from . import netns
+from .ports import free_port as free_port  # its home is ports.py; callers import it here too
+from .ports import free_port_base as free_port_base
+from .ports import port_span as port_span
 from .proxy import Peer, ProxyHub, socket_owner
 
 log = logging.getLogger("epochlog.testing")
@@ -48,7 +50,6 @@ LOOPBACK = "127.0.0.1"
 _CLONE_NEWNET = 0x40000000
 CONNECT_S = 5.0  # a proxy reaching the listener behind it
 _said: set[str] = set()  # fallbacks already announced in this process
-_handed_out: set[int] = set()  # ports free_port gave in this process
 
 ConnectFn = Callable[[], socket.socket]
 IdentifyFn = Callable[[Peer], str]
@@ -63,86 +64,6 @@ def say_once(key: str, message: str) -> None:
     if key not in _said:
         _said.add(key)
         print(f"epochlog.testing: {message}", file=sys.stderr, flush=True)
-
-
-def _ephemeral_range() -> tuple[int, int]:
-    """The ports the kernel hands to outgoing connections (Linux's default when unreadable)."""
-    try:
-        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
-        return int(low), int(high)
-    except (OSError, ValueError):
-        return 32768, 60999
-
-
-def _worker_share(start: int, end: int) -> tuple[int, int]:
-    """This pytest-xdist worker's slice of ports start..end (all of them outside xdist), so
-    that two workers never hand out the same port: one worker's broker, down for a restart,
-    keeps its port."""
-    try:
-        index = int(os.environ["PYTEST_XDIST_WORKER"].removeprefix("gw"))
-        count = int(os.environ["PYTEST_XDIST_WORKER_COUNT"])
-    except (KeyError, ValueError):
-        return start, end
-    size = (end - start + 1) // max(count, 1)
-    return start + index * size, start + (index + 1) * size - 1
-
-
-def port_span() -> tuple[int, int]:
-    """The ports free_port draws from below the ephemeral range, in this process (for callers
-    that need a run of consecutive free ports)."""
-    low, _ = _ephemeral_range()
-    return _worker_share(10000, low - 1)
-
-
-def free_port_base(offsets: Iterable[int] = (0, 1, 2, 100), tries_max: int = 50) -> int:
-    """A base P with P + each offset free on 127.0.0.1 now, below the ephemeral range, in this
-    process's share (`epochlog cluster up --port-base P` takes P, P+1, P+2 for three brokers and
-    P+100 for the controller)."""
-    start, end = port_span()
-    reach = max(offsets)
-    for _ in range(tries_max):
-        base = random.randrange(start, end - reach)
-        try:
-            for offset in offsets:
-                with socket.socket() as s:
-                    s.bind((LOOPBACK, base + offset))
-            return base
-        except OSError:
-            continue
-    raise RuntimeError(f"no free run of ports for offsets {sorted(offsets)} in {start}-{end}")
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A port nobody listens on now, outside the kernel's ephemeral range, not handed out before.
-
-    A port the kernel chose (bind to 0) comes from the range it also gives to outgoing
-    connections: once a broker holding it is killed, a client's connection can take it as its
-    local port, and the restarted broker fails with "address already in use". Ports below (or
-    above) that range are never taken that way, and each is handed out once per process.
-    """
-    low, high = _ephemeral_range()
-    candidates = [(10000, low - 1)] if low > 11000 else []
-    if high < 64535:
-        candidates.append((high + 1, 65535))
-    candidates = [_worker_share(start, end) for start, end in candidates]
-    for _ in range(200):
-        if not candidates:
-            break
-        start, end = random.choice(candidates)
-        port = random.randint(start, end)
-        if port in _handed_out:
-            continue
-        with socket.socket() as s:
-            try:
-                s.bind((host, port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    with socket.socket() as s:  # no room outside the range: the kernel's choice, as before
-        s.bind((host, 0))
-        chosen: int = s.getsockname()[1]
-        return chosen
 
 
 @dataclass(frozen=True)

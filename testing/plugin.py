@@ -28,6 +28,7 @@ plugin off.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
@@ -36,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from . import guard
+from .ports import PORT_RANGE_ENV, parse_port_range
 
 if TYPE_CHECKING:
     from .cluster import Cluster
@@ -53,9 +55,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--epochlog-target", choices=TARGETS, default="local",
         help="the default backend of the epochlog_cluster fixture: local (child processes) "
              "or compose (containers of docker-compose.yml on the Docker Engine)")
+    parser.getgroup("epochlog").addoption(
+        "--epochlog-port-range", metavar="LOW-HIGH", default=None,
+        help="the ports the clusters of this session listen on (sets EPOCHLOG_PORT_RANGE; "
+             "default: outside the kernel's ephemeral range); ports another session holds "
+             "are skipped either way")
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    given = config.getoption("epochlog_port_range", None)
+    if given:
+        try:
+            parse_port_range(given)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--epochlog-port-range: {exc}") from None
+        os.environ[PORT_RANGE_ENV] = given  # xdist workers are configured with it too
     config.stash[_TOKEN] = guard.begin()
     _interrupt_on_sigterm()
 

@@ -10,6 +10,7 @@ send, no record read), 2 on bad arguments or a client library that is not instal
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..history import History
+from ..ports import PORT_RANGE_ENV, parse_port_range
 from ..targets import TARGETS, TargetUnavailable
 from .scenarios import DURATION_S_MIN, SCENARIOS, get
 from .workload import CLIENTS, ClientUnavailable, require_client
@@ -58,7 +60,18 @@ def add_parser(subparsers: Any) -> None:
                      help="where the cluster runs (default local processes)")
     run.add_argument("--rate", type=float, default=50.0,
                      help="records a second per producer (default 50)")
+    run.add_argument("--port-range", type=_port_range, metavar="LOW-HIGH",
+                     help="the ports the local cluster listens on (default: outside the "
+                          "kernel's ephemeral range; also EPOCHLOG_PORT_RANGE)")
     run.set_defaults(func=run_command)
+
+
+def _port_range(text: str) -> str:
+    try:
+        parse_port_range(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
 
 
 def list_command(args: argparse.Namespace) -> int:
@@ -85,6 +98,8 @@ def run_command(args: argparse.Namespace,
     except ClientUnavailable as exc:
         print(f"epochlog chaos: {exc}", file=sys.stderr)
         return 2
+    if args.port_range is not None:
+        os.environ[PORT_RANGE_ENV] = args.port_range
     config = RunConfig(scenario=scenario, seed=args.seed, duration_s=args.duration,
                        client=args.client, target=args.target, rate_per_s=args.rate)
     schedule = scenario.schedule(args.seed, args.duration)
