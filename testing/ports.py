@@ -11,9 +11,10 @@ used as given, and said once.
 
 Unique three ways: each port is handed out once per process; a pytest-xdist worker draws from its
 own slice of the range (one worker's broker, down for a restart, keeps its port); and each port
-handed out is claimed machine-wide by an exclusive lock (flock) on a file named for it under
-PORTS_DIR, held until this process exits, so two test sessions (or a session and a chaos run) on
-one machine never hand out the same port, whatever their seeds. A port is also checked free by
+handed out is claimed machine-wide by a file named for it under PORTS_DIR holding this process's
+pid, valid until this process exits (then removed; a dead owner's file is taken over), so two
+test sessions (or a session and a chaos run) on one machine never hand out the same port,
+whatever their seeds. A port is also checked free by
 binding it: something outside the toolkit listening there is skipped.
 
 Bounds: a range must hold at least PORTS_MIN ports; when a given range has no free port left,
@@ -22,7 +23,7 @@ RangeExhausted names it (outside a given range the kernel's choice is the last r
 
 from __future__ import annotations
 
-import fcntl
+import atexit
 import os
 import random
 import socket
@@ -39,7 +40,7 @@ TRIES_MAX = 200
 LOOPBACK = "127.0.0.1"
 
 _handed_out: set[int] = set()  # ports this process gave out
-_claims: dict[int, int] = {}  # port -> the descriptor holding its lock file, until exit
+_claims: dict[int, str] = {}  # ports this process claimed machine-wide (its pid in the file)
 _said: set[str] = set()
 
 
@@ -130,29 +131,65 @@ def _say_once(key: str, message: str) -> None:
 
 
 def _claim(port: int) -> bool:
-    """Take port machine-wide for as long as this process lives; False if another holds it."""
+    """Take port machine-wide for as long as this process lives; False if a live process
+    holds it. The claim is a file named for the port holding its owner's pid: no descriptor is
+    kept (a session hands out thousands of ports), a file whose owner has died is taken over,
+    and this process's files are removed when it exits."""
     if port in _claims:
         return True
+    path = PORTS_DIR / str(port)
+    mine = str(os.getpid())
+    spare = PORTS_DIR / f"{port}.{mine}"  # written whole first: a claim is never seen empty
     try:
         PORTS_DIR.mkdir(mode=0o777, exist_ok=True)
-        fd = os.open(PORTS_DIR / str(port), os.O_CREAT | os.O_RDWR, 0o666)
+        spare.write_text(mine)
+        try:
+            os.link(spare, path)  # fails if the port is claimed
+        except FileExistsError:
+            if _alive(path.read_text().strip()):
+                return False
+            os.replace(spare, path)  # its owner died: taken over
+            if path.read_text().strip() != mine:  # another took it over at the same moment
+                return False
+        finally:
+            spare.unlink(missing_ok=True)
     except OSError as exc:
         _say_once("claims", f"ports are not claimed machine-wide ({PORTS_DIR}: {exc}); two test "
                   "sessions at once may collide")
         return True
+    if not _claims:
+        atexit.register(_release_all)
+    _claims[port] = mine
+    return True
+
+
+def _alive(pid_text: str) -> bool:
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
+        pid = int(pid_text)
+    except ValueError:
+        return False  # damaged: taken over
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
         return False
-    _claims[port] = fd
+    except PermissionError:
+        return True  # another user's live process
     return True
 
 
 def _release(port: int) -> None:
-    fd = _claims.pop(port, None)
-    if fd is not None:
-        os.close(fd)  # closing the descriptor drops its lock
+    if _claims.pop(port, None) is not None:
+        try:
+            (PORTS_DIR / str(port)).unlink()
+        except OSError:
+            pass
+
+
+def _release_all() -> None:
+    for port in list(_claims):
+        _release(port)
 
 
 def _bindable(host: str, port: int) -> bool:
