@@ -265,7 +265,7 @@ class Log:
             self.producer_state.clear()
         else:
             start = found[0]
-            self.producer_state.load(found[1])
+            self.producer_state.load(found[1], self.log_start_offset)
         for segment in self._segments:
             segment.txn_index.truncate_to(start)
             segment.txn_index_problem = None
