@@ -27,6 +27,8 @@ from .errors import (
                      OffsetOutOfRange,
                      OffsetsNotIncreasing,
                      OutOfOrderSequence,
+                     RecordError,
+                     RecordsRefused,
                      RecordTooLarge,
                      StorageError,
 )
@@ -40,5 +42,5 @@ __all__ = [
     "InconsistentIdentity", "InvalidProducerEpoch",
     "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager",
     "InvalidTimestamp", "OffsetOutOfRange", "OffsetsNotIncreasing", "OutOfOrderSequence",
-    "RecordTooLarge", "StaleLeaderEpoch", "StorageError",
+    "RecordError", "RecordTooLarge", "RecordsRefused", "StaleLeaderEpoch", "StorageError",
 ]
