@@ -24,6 +24,7 @@ from .errors import (
                      InvalidRecord,
                      InvalidTimestamp,
                      LogConfigError,
+                     LogDeleted,
                      OffsetOutOfRange,
                      OffsetsNotIncreasing,
                      OutOfOrderSequence,
@@ -40,7 +41,8 @@ __all__ = [
     "DescriptorsExhausted", "DiskHealth", "DiskWriteFailed", "DuplicateSequence", "EpochEntry",
     "FlushJob",
     "InconsistentIdentity", "InvalidProducerEpoch",
-    "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager",
+    "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogDeleted",
+    "LogManager",
     "InvalidTimestamp", "OffsetOutOfRange", "OffsetsNotIncreasing", "OutOfOrderSequence",
     "RecordError", "RecordTooLarge", "RecordsRefused", "StaleLeaderEpoch", "StorageError",
 ]

@@ -19,6 +19,7 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 TRANSACTION_COORDINATOR_FENCED = 52
 KAFKA_STORAGE_ERROR = 56
+NOT_LEADER_OR_FOLLOWER = 6
 INVALID_RECORD = 87
 INVALID_TIMESTAMP = 32
 UNKNOWN_SERVER_ERROR = -1
@@ -148,6 +149,18 @@ class DiskWriteFailed(StorageError):
         self.errno = exc.errno
         reason = exc.strerror or str(exc)
         super().__init__(f"cannot write {what}: {reason}")
+
+
+class LogDeleted(StorageError):
+    """A write to a log deleted meanwhile (its topic was deleted while a flush waited on another
+    thread): no failure of the disk, and only that partition's business; it is not ours any
+    more, so its writer looks for its leader again."""
+
+    error_code = NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+    def __init__(self, what: str, exc: OSError) -> None:
+        super().__init__(f"cannot write {what}: the log was deleted ({exc.strerror or exc})")
 
 
 class DescriptorsExhausted(StorageError):

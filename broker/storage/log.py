@@ -82,6 +82,7 @@ from .errors import (
     DiskWriteFailed,
     InvalidRecord,
     InvalidTimestamp,
+    LogDeleted,
     OffsetOutOfRange,
     OffsetsNotIncreasing,
     RecordError,
@@ -178,12 +179,18 @@ class Log:
         self._dir_dirty = False
         self._generation = 0  # bumped by every truncation at the end
         self.offset_gaps_allowed = False  # see OFFSET_GAPS_FILE
+        self.deleted = False  # set by LogManager.delete_log: a write still racing is no
+        # failure of the disk (write_failed)
         self.disk: DiskHealth | None = None  # the data dir's, set by LogManager
         self.truncations: Truncations | None = None  # the data dir's, set by LogManager
 
-    def write_failed(self, what: str, exc: OSError) -> DiskWriteFailed | DescriptorsExhausted:
+    def write_failed(self, what: str, exc: OSError
+                     ) -> DiskWriteFailed | DescriptorsExhausted | LogDeleted:
         """A failed write (OSError) as the error to raise, counted by the data dir's health
-        (running out of descriptors is not a disk failure: descriptors.py)."""
+        (running out of descriptors is not a disk failure: descriptors.py; nor is a write to
+        this log after it was deleted, whose files are gone: LogDeleted)."""
+        if self.deleted:
+            return LogDeleted(what, exc)
         if self.disk is not None:
             return self.disk.failed(what, exc)
         return exhausted(what, exc) if is_exhaustion(exc) else DiskWriteFailed(what, exc)
