@@ -33,7 +33,10 @@ only when no other replica holds them. A log whose recovery at start cut committ
 (`LogManager.cut_at_open`) starts offline the same way: its first heartbeat lists it.
 
 Flushing: logs do not fsync on the append path (`auto_flush` off); `flush_due_logs` runs their
-fsyncs on an executor thread (storage's FlushJob) so the event loop never waits on a disk.
+fsyncs on an executor thread (storage's FlushJob) so the event loop never waits on a disk. A
+topic may be deleted while a job runs (librdkafka's test 0081 deletes topics fast): a log deleted
+by then is skipped, and one deleted under its own job (its folder renamed away) is no failed
+fsync; neither is counted against the data dir.
 Everything else runs on the event loop, which owns all of this state.
 """
 
@@ -313,6 +316,8 @@ class ReplicaManager:
         """fsync every log whose flush is due, on an executor thread, one log at a time."""
         loop = asyncio.get_running_loop()
         for each in list(self.logs.logs.values()):
+            if each.deleted:  # its topic went while an earlier job ran: nothing to flush
+                continue
             if each.flush_due():
                 try:
                     job = each.begin_flush()
@@ -324,6 +329,9 @@ class ReplicaManager:
                     if is_exhaustion(exc):  # opening a folder to fsync it: no fsync failed
                         each.flush_not_done(job, exc)
                         continue
+                    if each.deleted:  # deleted under its job (its folder renamed away): what
+                        log.info("%s: deleted while it was flushed (%s)", each.directory, exc)
+                        continue      # was written is gone on purpose, no fsync failed
                     raise FsyncFailed(f"fsync in {each.directory} failed ({exc}): what was "
                                       "written may not be on disk, so the broker stops; the "
                                       "next start recovers the log from its last flush") from exc

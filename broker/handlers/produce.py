@@ -1,7 +1,10 @@
 """Produce (key 0), versions 3-9.
 
 v3 is the first with RecordBatch v2, the only format accepted (magic 0/1 batches get
-UNSUPPORTED_FOR_MESSAGE_FORMAT); v5 answers log_start_offset; v8 error messages; v9 is flexible
+UNSUPPORTED_FOR_MESSAGE_FORMAT); v5 answers log_start_offset; v8 error messages and, for a batch
+refused for some of its records (a record without a key in a compacted topic: INVALID_RECORD; a
+timestamp out of bounds: INVALID_TIMESTAMP), record_errors naming each by its index in the batch
+(KIP-467), as Kafka does, so a client fails those records and the rest apart; v9 is flexible
 and carries epochlog's KIP-359 field: each partition's `current_leader_epoch` (tagged field 359,
 protocol/apis/produce.py), fenced as Fetch is: older than the leader's epoch -> FENCED_LEADER_EPOCH,
 newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.produce import (
+    BatchIndexAndErrorMessage,
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -132,6 +136,9 @@ def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int,
         return answer, None, -1
     except StorageError as exc:
         answer.error_code, answer.error_message = exc.error_code, str(exc)
+        answer.record_errors = [BatchIndexAndErrorMessage(batch_index=e.batch_index,
+                                                          batch_index_error_message=e.message)
+                                for e in exc.record_errors]
         return answer, None, -1
     replicas_of(app).poke((topic, data.index))
     answer.base_offset = info.first_offset

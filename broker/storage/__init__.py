@@ -24,9 +24,12 @@ from .errors import (
                      InvalidRecord,
                      InvalidTimestamp,
                      LogConfigError,
+                     LogDeleted,
                      OffsetOutOfRange,
                      OffsetsNotIncreasing,
                      OutOfOrderSequence,
+                     RecordError,
+                     RecordsRefused,
                      RecordTooLarge,
                      StorageError,
 )
@@ -38,7 +41,8 @@ __all__ = [
     "DescriptorsExhausted", "DiskHealth", "DiskWriteFailed", "DuplicateSequence", "EpochEntry",
     "FlushJob",
     "InconsistentIdentity", "InvalidProducerEpoch",
-    "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogManager",
+    "InvalidRecord", "LeaderEpochCache", "Log", "LogConfig", "LogConfigError", "LogDeleted",
+    "LogManager",
     "InvalidTimestamp", "OffsetOutOfRange", "OffsetsNotIncreasing", "OutOfOrderSequence",
-    "RecordTooLarge", "StaleLeaderEpoch", "StorageError",
+    "RecordError", "RecordTooLarge", "RecordsRefused", "StaleLeaderEpoch", "StorageError",
 ]

@@ -7,6 +7,8 @@ assertions and stop the process. A refused append never changes what is stored.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 # Kafka's error-code numbers, for the handlers that turn these exceptions into responses.
 OFFSET_OUT_OF_RANGE = 1
 CORRUPT_MESSAGE = 2
@@ -17,9 +19,20 @@ INVALID_PRODUCER_EPOCH = 47
 INVALID_TXN_STATE = 48
 TRANSACTION_COORDINATOR_FENCED = 52
 KAFKA_STORAGE_ERROR = 56
+NOT_LEADER_OR_FOLLOWER = 6
 INVALID_RECORD = 87
 INVALID_TIMESTAMP = 32
 UNKNOWN_SERVER_ERROR = -1
+
+
+RECORD_ERRORS_SHOWN_MAX = 3  # in the message of a refusal, as Kafka shows them
+
+
+class RecordError(NamedTuple):
+    """One refused record (KIP-467): its index in its batch, and why."""
+
+    batch_index: int
+    message: str
 
 
 class StorageError(Exception):
@@ -27,6 +40,7 @@ class StorageError(Exception):
 
     error_code = UNKNOWN_SERVER_ERROR
     retriable = False
+    record_errors: tuple[RecordError, ...] = ()  # the records that made a batch refused
 
 
 class OffsetOutOfRange(StorageError):
@@ -54,8 +68,24 @@ class RecordTooLarge(AppendRefused):
     error_code = MESSAGE_TOO_LARGE
 
 
-class InvalidTimestamp(AppendRefused):
-    """A CreateTime batch timestamped outside the topic's message.timestamp.*.max.ms bounds."""
+class RecordsRefused(AppendRefused):
+    """A batch refused for some of its records, each named (Produce v8+ answers them as
+    record_errors, as Kafka's LogValidator does); the message counts them and shows the first
+    few."""
+
+    def __init__(self, what: str, record_errors: list[RecordError]) -> None:
+        assert record_errors, "a refusal for records names at least one"
+        self.record_errors = tuple(record_errors)
+        shown = "; ".join(f"record {e.batch_index}: {e.message}"
+                          for e in record_errors[:RECORD_ERRORS_SHOWN_MAX])
+        more = len(record_errors) - RECORD_ERRORS_SHOWN_MAX
+        super().__init__(f"{len(record_errors)} records of a batch refused ({what}): {shown}"
+                         + (f"; and {more} more" if more > 0 else ""))
+
+
+class InvalidTimestamp(RecordsRefused):
+    """Records of a CreateTime batch timestamped outside the topic's message.timestamp.*.max.ms
+    bounds."""
 
     error_code = INVALID_TIMESTAMP
 
@@ -64,8 +94,8 @@ class OffsetsNotIncreasing(AppendRefused):
     """A follower append whose offsets do not start at or after the log end, or go backwards."""
 
 
-class InvalidRecord(AppendRefused):
-    """A record the topic's settings forbid: a null key in a compacted topic."""
+class InvalidRecord(RecordsRefused):
+    """Records the topic's settings forbid: a null key in a compacted topic."""
 
     error_code = INVALID_RECORD
 
@@ -119,6 +149,18 @@ class DiskWriteFailed(StorageError):
         self.errno = exc.errno
         reason = exc.strerror or str(exc)
         super().__init__(f"cannot write {what}: {reason}")
+
+
+class LogDeleted(StorageError):
+    """A write to a log deleted meanwhile (its topic was deleted while a flush waited on another
+    thread): no failure of the disk, and only that partition's business; it is not ours any
+    more, so its writer looks for its leader again."""
+
+    error_code = NOT_LEADER_OR_FOLLOWER
+    retriable = True
+
+    def __init__(self, what: str, exc: OSError) -> None:
+        super().__init__(f"cannot write {what}: the log was deleted ({exc.strerror or exc})")
 
 
 class DescriptorsExhausted(StorageError):

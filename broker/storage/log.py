@@ -66,7 +66,7 @@ from epochlog.protocol.batch import (
     stamp,
 )
 from epochlog.protocol.control_records import Marker, read_marker
-from epochlog.protocol.records import decode_batch, recompress
+from epochlog.protocol.records import Record, decode_batch, recompress
 
 from ..clock import Clock
 from .checkpoints import TMP_SUFFIX, fsync_dir, write_atomically
@@ -82,8 +82,10 @@ from .errors import (
     DiskWriteFailed,
     InvalidRecord,
     InvalidTimestamp,
+    LogDeleted,
     OffsetOutOfRange,
     OffsetsNotIncreasing,
+    RecordError,
     RecordTooLarge,
     StorageError,
 )
@@ -97,6 +99,7 @@ from .txn_index import TXN_INDEX_SUFFIX, AbortedTxn
 
 EARLIEST_TIMESTAMP = -2  # ListOffsets' special timestamps
 LATEST_TIMESTAMP = -1
+NO_TIMESTAMP = -1  # a record without one: never checked against the bounds (Kafka)
 FENCED_LEADER_EPOCH = 74
 STRAY_SUFFIXES = (TMP_SUFFIX, ".deleted", ".cleaned", ".swap")
 OFFSET_GAPS_FILE = "offset-gaps-allowed"
@@ -176,12 +179,18 @@ class Log:
         self._dir_dirty = False
         self._generation = 0  # bumped by every truncation at the end
         self.offset_gaps_allowed = False  # see OFFSET_GAPS_FILE
+        self.deleted = False  # set by LogManager.delete_log: a write still racing is no
+        # failure of the disk (write_failed)
         self.disk: DiskHealth | None = None  # the data dir's, set by LogManager
         self.truncations: Truncations | None = None  # the data dir's, set by LogManager
 
-    def write_failed(self, what: str, exc: OSError) -> DiskWriteFailed | DescriptorsExhausted:
+    def write_failed(self, what: str, exc: OSError
+                     ) -> DiskWriteFailed | DescriptorsExhausted | LogDeleted:
         """A failed write (OSError) as the error to raise, counted by the data dir's health
-        (running out of descriptors is not a disk failure: descriptors.py)."""
+        (running out of descriptors is not a disk failure: descriptors.py; nor is a write to
+        this log after it was deleted, whose files are gone: LogDeleted)."""
+        if self.deleted:
+            return LogDeleted(what, exc)
         if self.disk is not None:
             return self.disk.failed(what, exc)
         return exhausted(what, exc) if is_exhaustion(exc) else DiskWriteFailed(what, exc)
@@ -265,7 +274,7 @@ class Log:
             self.producer_state.clear()
         else:
             start = found[0]
-            self.producer_state.load(found[1])
+            self.producer_state.load(found[1], self.log_start_offset)
         for segment in self._segments:
             segment.txn_index.truncate_to(start)
             segment.txn_index_problem = None
@@ -438,8 +447,8 @@ class Log:
                                          f"{self.config.max_message_bytes}")
         now_ms = self.clock()
         if not self.config.log_append_time:
-            for header in headers:
-                _check_timestamps(header, now_ms, self.config)
+            for position, header in _positions(headers):
+                _check_timestamps(records, position, header, now_ms, self.config)
         buf = records if isinstance(records, memoryview) and not records.readonly \
             else bytearray(records)
         stamped = _stamp(buf, headers, self.log_end_offset, leader_epoch)
@@ -921,18 +930,23 @@ def _replay_position(segment: Segment, offset: int) -> tuple[int, int | None]:
 
 def _require_keys(records: bytes | bytearray | memoryview, headers: list[BatchHeader],
                   directory: str) -> None:
-    """A compacted log keeps the latest record per key, so every record needs one (Kafka)."""
-    position = 0
-    for header in headers:
-        try:
-            _, decoded = decode_batch(records, position)
-        except CorruptBatch as e:
-            raise CorruptRecords(f"refused batches: {e}") from None
-        for record in decoded:
-            if record.key is None:
-                raise InvalidRecord(f"compacted topic partition {os.path.basename(directory)} "
-                                    f"cannot accept a record without a key")
-        position += header.size
+    """A compacted log keeps the latest record per key, so every record needs one (Kafka): the
+    first batch holding records without one is refused, naming each (KIP-467)."""
+    partition = os.path.basename(directory)
+    for position, _ in _positions(headers):
+        refused = [RecordError(index, "Compacted topic cannot accept message without key in "
+                                      f"topic partition {partition}")
+                   for index, record in enumerate(_records_at(records, position))
+                   if record.key is None]
+        if refused:
+            raise InvalidRecord("records without a key in a compacted topic", refused)
+
+
+def _records_at(records: bytes | bytearray | memoryview, position: int) -> list[Record]:
+    try:
+        return decode_batch(records, position)[1]
+    except CorruptBatch as e:
+        raise CorruptRecords(f"refused batches: {e}") from None
 
 
 def _marker_of(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> Marker:
@@ -961,21 +975,31 @@ def _recompressed(records: bytes | bytearray | memoryview, headers: list[BatchHe
     return out, check_all(out)
 
 
-def _check_timestamps(header: BatchHeader, now_ms: int, config: LogConfig) -> None:
-    """message.timestamp.before/after.max.ms on a CreateTime batch. Kafka checks every record;
-    here the batch's first record (base_timestamp) and its largest timestamp are checked, which
-    bound every record of batches written by Kafka's producers (deltas from the first record
-    are not negative)."""
+def _check_timestamps(records: bytes | bytearray | memoryview, position: int,
+                      header: BatchHeader, now_ms: int, config: LogConfig) -> None:
+    """message.timestamp.before/after.max.ms on a CreateTime batch, record by record as Kafka
+    checks them. The batch's first record (base_timestamp) and its largest timestamp bound every
+    record of batches written by Kafka's producers (deltas from the first record are not
+    negative), so only a batch outside those bounds is decoded, to name its records outside."""
     if header.is_control:
         return
-    if now_ms - header.base_timestamp > config.timestamp_before_max_ms:
-        raise InvalidTimestamp(
-            f"batch timestamp {header.base_timestamp} is {now_ms - header.base_timestamp} ms "
-            f"in the past; message.timestamp.before.max.ms is {config.timestamp_before_max_ms}")
-    if header.max_timestamp - now_ms > config.timestamp_after_max_ms:
-        raise InvalidTimestamp(
-            f"batch timestamp {header.max_timestamp} is {header.max_timestamp - now_ms} ms in "
-            f"the future; message.timestamp.after.max.ms is {config.timestamp_after_max_ms}")
+    low_ms = now_ms - config.timestamp_before_max_ms
+    high_ms = now_ms + config.timestamp_after_max_ms
+    if low_ms <= header.base_timestamp and header.max_timestamp <= high_ms:
+        return
+    refused = [RecordError(index, _timestamp_problem(record.timestamp, now_ms, config))
+               for index, record in enumerate(_records_at(records, position))
+               if record.timestamp != NO_TIMESTAMP and not low_ms <= record.timestamp <= high_ms]
+    if refused:
+        raise InvalidTimestamp("timestamps out of range", refused)
+
+
+def _timestamp_problem(timestamp_ms: int, now_ms: int, config: LogConfig) -> str:
+    if timestamp_ms < now_ms:
+        return (f"timestamp {timestamp_ms} is {now_ms - timestamp_ms} ms in the past; "
+                f"message.timestamp.before.max.ms is {config.timestamp_before_max_ms}")
+    return (f"timestamp {timestamp_ms} is {timestamp_ms - now_ms} ms in the future; "
+            f"message.timestamp.after.max.ms is {config.timestamp_after_max_ms}")
 
 
 def _stamp(buf: bytearray | memoryview, headers: list[BatchHeader], first_offset: int,

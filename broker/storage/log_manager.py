@@ -179,6 +179,7 @@ class LogManager:
         removed = self.logs.pop((topic, partition), None)
         if removed is None:
             return
+        removed.deleted = True
         removed.close()
         aside = f"{removed.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
         os.rename(removed.directory, aside)

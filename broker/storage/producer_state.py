@@ -26,8 +26,9 @@ before its followers hold the marker leaves the transaction open on the next lea
 stable offset is the smaller of it and the high watermark.
 
 The state is a function of the batches in [log start, log end): `truncate_head` drops what falls
-below the log start, and after a truncation at the end the log rebuilds the state from its latest
-snapshot at or below the new end (producer_snapshots.py, `load`) and the batches after it
+below the log start (and a producer left without batches: it may then start again at any
+sequence, as in Kafka), and after a truncation at the end the log rebuilds the state from its
+latest snapshot at or below the new end (producer_snapshots.py, `load`) and the batches after it
 (reading the record of each marker for its type and coordinator epoch).
 """
 
@@ -161,10 +162,14 @@ class ProducerStateManager:
             self._open[pid] = updated.txn_first_offset
         return None
 
-    def load(self, producers: dict[int, ProducerEntry]) -> None:
-        """Start again from a snapshot's state (the transactions open are the entries')."""
+    def load(self, producers: dict[int, ProducerEntry], log_start_offset: int = 0) -> None:
+        """Start again from a snapshot's state (the transactions open are the entries'). A
+        snapshot taken before the log start moved may name producers whose batches have all
+        gone since: they are left out, as truncate_head would have dropped them (a producer
+        that never had a batch here, only a marker, keeps its epoch)."""
         self.clear()
-        self.producers = dict(producers)
+        self.producers = {pid: e for pid, e in producers.items()
+                          if not (e.batches and _gone_below(e, log_start_offset))}
         self._open = {pid: e.txn_first_offset for pid, e in producers.items()
                       if e.txn_first_offset >= 0}
 
@@ -191,18 +196,31 @@ class ProducerStateManager:
         return entry.last_sequence if entry else NO_SEQUENCE
 
     def truncate_head(self, log_start_offset: int) -> None:
-        """Forget the batches now below the log start, and producers left with none."""
+        """Forget the batches now below the log start, and the producers left with none, as
+        Kafka's truncateHead does: a producer whose every batch went (DeleteRecords, retention)
+        is unknown from then on, so its next batch is taken at any sequence, even inside a
+        transaction it had open (whose start went with its batches; its next batch opens it
+        again where it lands). Only a transaction still starting at or above the log start
+        keeps a producer without batches (a coordinator's writes carry no sequence)."""
         for pid, entry in list(self.producers.items()):
-            kept = tuple(b for b in entry.batches if b.last_offset >= log_start_offset)
-            if not kept and entry.txn_first_offset < 0:
+            if _gone_below(entry, log_start_offset):
                 del self.producers[pid]
-            elif len(kept) != len(entry.batches):
+                self._open.pop(pid, None)
+                continue
+            kept = tuple(b for b in entry.batches if b.last_offset >= log_start_offset)
+            if len(kept) != len(entry.batches):
                 self.producers[pid] = entry._replace(batches=kept)
 
     def clear(self) -> None:
         self.producers.clear()
         self._open.clear()
         self._settling.clear()
+
+
+def _gone_below(entry: ProducerEntry, log_start_offset: int) -> bool:
+    """Nothing of the producer is left at or above the log start: no batch, no transaction."""
+    last = entry.batches[-1].last_offset if entry.batches else -1
+    return last < log_start_offset and entry.txn_first_offset < log_start_offset
 
 
 def _check_one(pid: int, entry: ProducerEntry | None, header: BatchHeader

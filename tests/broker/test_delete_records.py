@@ -131,3 +131,48 @@ def test_records_deleted_on_every_replica_for_good(epochlog_cluster: Any) -> Non
 
 def _field(item: Any, name: str) -> Any:
     return item[name] if isinstance(item, dict) else getattr(item, name)
+
+
+def test_a_producer_whose_records_were_deleted_goes_on_as_in_kafka(epochlog_cluster: Any) -> None:
+    """librdkafka's test 0103: DeleteRecords took every batch of a transaction still open, then
+    the producer sent its next batch, sequence 10. Kafka no longer knows the producer and takes
+    the batch; epochlog answered OUT_OF_ORDER_SEQUENCE_NUMBER, fatal to a transactional
+    producer. Now the transaction goes on and commits, and read_committed readers get it."""
+    c = epochlog_cluster(brokers=1)
+    c.create_topic("txn", partitions=1, replication_factor=1)
+    failed: list[Any] = []
+
+    def report(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failed.append(err)
+
+    producer = confluent.Producer({"bootstrap.servers": c.bootstrap_servers,
+                                   "transactional.id": "deleted-under-it", "linger.ms": 0})
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for i in range(10):  # ten batches, sequences 0..9
+        producer.produce("txn", value=b"early%d" % i, partition=0, on_delivery=report)
+        assert producer.flush(30) == 0
+    admin = AdminClient({"bootstrap.servers": c.bootstrap_servers})
+    [(_, done)] = admin.delete_records([CTP("txn", 0, -1)], request_timeout=30).items()
+    assert done.result(30).low_watermark == 10
+    for i in range(5):
+        producer.produce("txn", value=b"late%d" % i, partition=0, on_delivery=report)
+    assert producer.flush(30) == 0
+    assert failed == []
+    producer.commit_transaction(30)
+
+    consumer = confluent.Consumer({"bootstrap.servers": c.bootstrap_servers, "group.id": "r",
+                                   "isolation.level": "read_committed",
+                                   "enable.auto.commit": False})
+    try:
+        consumer.assign([CTP("txn", 0, -2)])  # OFFSET_BEGINNING: the log start, 10
+        values: list[bytes] = []
+        deadline = time.monotonic() + 60
+        while len(values) < 5 and time.monotonic() < deadline:
+            msg = consumer.poll(0.2)
+            if msg is not None and not msg.error():
+                values.append(msg.value())
+        assert values == [b"late%d" % i for i in range(5)]
+    finally:
+        consumer.close()

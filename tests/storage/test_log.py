@@ -11,6 +11,8 @@ import pytest
 from epochlog.broker.storage import (
     CorruptRecords,
     InvalidProducerEpoch,
+    InvalidRecord,
+    InvalidTimestamp,
     LogConfig,
     LogConfigError,
     OffsetOutOfRange,
@@ -21,6 +23,7 @@ from epochlog.broker.storage import (
 )
 from epochlog.broker.storage.errors import CorruptLog, DuplicateSequence
 from epochlog.protocol.batch import check_all, read_header
+from epochlog.protocol.records import build_batch
 
 from .helpers import FakeClock, make_batch, open_log, read_all
 
@@ -549,3 +552,31 @@ def test_a_batch_whose_base_offset_is_damaged_is_refused_not_served_as_other_off
     assert log.read(0, 1 << 20)  # the batches before it are served
     log.truncate_to(3, "test")
     assert read_all(log) == batches[:3]
+
+
+def test_refused_records_are_each_named_by_their_index_in_the_batch(tmp_path):
+    """KIP-467: a batch refused for some of its records names each (record_errors in Produce
+    v8+), as Kafka's LogValidator does: every record without a key in a compacted topic, every
+    record outside the timestamp bounds; records without a timestamp (-1) are not checked."""
+    clock = FakeClock()
+    now = clock.now_ms
+    compacted = open_log(tmp_path / "c-0", LogConfig(cleanup_policy="compact"), clock)
+    keys = [b"a", None, b"b", None, None]
+    with pytest.raises(InvalidRecord) as refused:
+        compacted.append_as_leader(build_batch([(k, b"v", None, now) for k in keys]), 0)
+    assert [e.batch_index for e in refused.value.record_errors] == [1, 3, 4]
+    assert refused.value.record_errors[0].message == \
+        "Compacted topic cannot accept message without key in topic partition c-0"
+    assert "3 records" in str(refused.value)
+    assert compacted.log_end_offset == 0
+
+    bounded = open_log(tmp_path / "t-0", LogConfig(timestamp_before_max_ms=1000,
+                                                   timestamp_after_max_ms=1000), clock)
+    stamps = [now - 5000, now, now - 6000, now + 3000, -1]
+    with pytest.raises(InvalidTimestamp) as late:
+        bounded.append_as_leader(build_batch([(b"k", b"v", None, t) for t in stamps],
+                                             base_timestamp=now - 5000), 0)
+    assert [e.batch_index for e in late.value.record_errors] == [0, 2, 3]
+    assert "5000 ms in the past" in late.value.record_errors[0].message
+    assert "3000 ms in the future" in late.value.record_errors[2].message
+    assert bounded.log_end_offset == 0

@@ -172,3 +172,50 @@ def test_the_aborted_transactions_found_for_a_range_are_all_that_hold_offsets_th
     rebuilt = open_log(tmp_path / "t-0", clean_shutdown=True, recovery_point=end)
     check(rebuilt)
     rebuilt.close()
+
+
+def test_a_producer_whose_batches_went_below_the_log_start_may_go_on_at_any_sequence(
+        tmp_path) -> None:
+    """Kafka's rule (librdkafka test 0103): once DeleteRecords or retention has taken every
+    batch of a producer, the broker knows nothing of it, so its next batch is accepted whatever
+    its sequence, even inside a transaction it had open. That batch opens the transaction again
+    where it lands, so the last stable offset never points below the log start."""
+    log = open_log(tmp_path / "t-0")
+    for sequence in range(3):
+        log.append_as_leader(txn_batch(sequence, tag=sequence), leader_epoch=0)
+    assert log.producer_state.open_transactions() == {PID: 0}
+    log.update_high_watermark(log.log_end_offset)
+    log.advance_log_start_offset(log.log_end_offset)  # DeleteRecords at the high watermark
+    assert log.producer_state.open_transactions() == {}
+    info = log.append_as_leader(txn_batch(3, tag=3), leader_epoch=0)  # not sequence 0
+    assert info.first_offset == 3
+    assert log.producer_state.open_transactions() == {PID: 3}
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == 3
+    log.append_as_leader(marker_batch(True, PID, 0, 5, 1000), leader_epoch=0)
+    log.update_high_watermark(log.log_end_offset)
+    assert log.last_stable_offset == log.log_end_offset == 5
+    log.close()
+
+
+def test_a_snapshot_from_before_the_log_start_moved_does_not_bring_the_producer_back(
+        tmp_path) -> None:
+    """A snapshot taken at a roll, before DeleteRecords moved the log start to it, still names
+    the producer whose batches all lay below: reopened after a crash, the log must not load it
+    (else the producer's next batch is OUT_OF_ORDER_SEQUENCE_NUMBER again)."""
+    log = open_log(tmp_path / "t-0")
+    for sequence in range(3):
+        log.append_as_leader(txn_batch(sequence, transactional=False, tag=sequence),
+                             leader_epoch=0)
+    log.roll()  # a snapshot at offset 3 names the producer, its last batch at offset 2
+    log.append_as_leader(make_batch(1), leader_epoch=0)  # offset 3, no producer
+    log.flush()
+    log.update_high_watermark(log.log_end_offset)
+    log.advance_log_start_offset(3)
+    assert PID not in log.producer_state.producers
+    del log  # a crash: no close, no snapshot at the end
+    again = open_log(tmp_path / "t-0", recovery_point=4, log_start_offset=3, high_watermark=4)
+    assert PID not in again.producer_state.producers
+    info = again.append_as_leader(txn_batch(7, transactional=False), leader_epoch=0)
+    assert info.first_offset == 4
+    again.close()
