@@ -46,6 +46,8 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .processes import pid_alive
+
 IP_S = 10.0  # bound on each ip/tc command
 SUBNET_TRIES_MAX = 50
 TAG_RE = re.compile(r"^el([0-9a-f]{6})([0-9a-f]{2})")
@@ -88,15 +90,7 @@ def new_tag() -> str:
 
 def _owner_alive(tag_match: re.Match[str]) -> bool:
     pid = int(tag_match.group(1), 16)
-    if pid == os.getpid() % (1 << 24):
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid == os.getpid() % (1 << 24) or pid_alive(pid)
 
 
 def sweep_stale() -> list[str]:

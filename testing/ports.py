@@ -32,6 +32,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
+from .processes import pid_alive
+
 PORT_RANGE_ENV = "EPOCHLOG_PORT_RANGE"
 PORTS_DIR = Path(tempfile.gettempdir()) / "epochlog-ports"
 PORTS_MIN = 8  # a range smaller than this cannot hold one cluster (3 brokers x 2 + controller)
@@ -168,15 +170,7 @@ def _alive(pid_text: str) -> bool:
         pid = int(pid_text)
     except ValueError:
         return False  # damaged: taken over
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process
-    return True
+    return pid == os.getpid() or pid_alive(pid)
 
 
 def _release(port: int) -> None:

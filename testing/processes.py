@@ -72,6 +72,18 @@ class _Spawner:
 _spawner = _Spawner()
 
 
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists (another user's counts: it cannot be signalled,
+    but it is there)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
 def command_prefix() -> list[str]:
     """What goes before every child's command: the parent-death signal, where available."""
     return [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
