@@ -78,6 +78,7 @@ from .history import AnyOp, Commit, History, LossExpected, Poll, Rebalance, Send
 ANOMALIES_PER_KIND_MAX = 100
 VALUE_SHOWN_BYTES_MAX = 40  # a value in an explanation is cut to this many bytes
 VALUES_LISTED_MAX = 5  # an explanation names at most this many values or offsets
+ANOMALIES_SHOWN = 20  # str(verdict) explains this many anomalies, then counts the rest
 
 KINDS = ("lost-write", "duplicate", "inconsistent-offsets", "nonmonotonic-poll",
          "nonmonotonic-send", "poll-skip", "unseen", "unreported-truncation")
@@ -113,10 +114,13 @@ class Verdict(msgspec.Struct, kw_only=True):
         lines = [f"{head}: {found or 'no anomalies'}"
                  + (" (loss declared expected)" if self.loss_expected else "")]
         lines += [f"  nothing tested: {why}" for why in self.unexercised]
+        shown = self.anomalies[:ANOMALIES_SHOWN]
         lines += [f"  {a.kind}{' (expected)' if a.expected else ''}: {a.explanation}"
-                  for a in self.anomalies[:20]]
-        if len(self.anomalies) > 20:
-            lines.append(f"  ... and {len(self.anomalies) - 20} more")
+                  for a in shown]
+        # the remainder of what was counted, not of what was listed: the list is capped per kind
+        total = sum(self.counts.values())
+        if total > len(shown):
+            lines.append(f"  ... and {total - len(shown)} more ({total} counted)")
         return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ import re
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -200,52 +200,94 @@ def test_partition_and_heal_a_cluster_up_network(tmp_path: Path) -> None:
     assert netns.leftovers(f"el{up.pid % (1 << 24):06x}") == []
 
 
-def test_on_a_terminal_cluster_up_keeps_a_live_status_table(tmp_path: Path) -> None:
-    """stdout a terminal (a pseudo-terminal here): the rich table with every node, redrawn."""
-    import pty
-    import threading
-    import time
+class OnTerminal:
+    """`cluster up` with its stdout and stderr a pseudo-terminal of the given width (COLUMNS),
+    what it has written so far kept in `seen`."""
 
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(epochlog_command("cluster", "up", "--brokers", "2", "--data-dir",
-                                             str(tmp_path), "--port-base",
-                                             str(free_port_base())),
-                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave,
-                            start_new_session=True, env={**os.environ, "COLUMNS": "160"})
-    os.close(slave)
-    seen = bytearray()
-    changed = threading.Condition()
+    def __init__(self, tmp_path: Path, columns: int, port_base: int) -> None:
+        import pty
+        import threading
 
-    def read() -> None:
+        self.master, slave = pty.openpty()
+        self.proc = subprocess.Popen(
+            epochlog_command("cluster", "up", "--brokers", "2", "--data-dir", str(tmp_path),
+                             "--port-base", str(port_base)),
+            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave, start_new_session=True,
+            env={**os.environ, "COLUMNS": str(columns)})
+        os.close(slave)
+        self.seen = bytearray()
+        self.changed = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
         while True:
             try:
-                chunk = os.read(master, 65536)
+                chunk = os.read(self.master, 65536)
             except OSError:
                 return
             if not chunk:
                 return
-            with changed:
-                seen.extend(chunk)
-                changed.notify_all()
-    threading.Thread(target=read, daemon=True).start()
+            with self.changed:
+                self.seen.extend(chunk)
+                self.changed.notify_all()
 
-    def wait_for(*words: bytes) -> None:
+    def text(self) -> str:
+        """What was written, without the terminal's escape sequences."""
+        return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", bytes(self.seen).decode(errors="replace"))
+
+    def wait_for(self, *words: bytes) -> None:
+        self.wait_until(lambda: all(w in self.seen for w in words))
+
+    def wait_until(self, done: Callable[[], bool]) -> None:
+        import time
+
         deadline = time.monotonic() + WAIT_S
-        with changed:
-            while not all(w in seen for w in words):
+        with self.changed:
+            while not done():
                 left = deadline - time.monotonic()
-                assert left > 0, bytes(seen).decode(errors="replace")[-3000:]
-                changed.wait(min(left, 1.0))
+                assert left > 0, self.text()[-3000:]
+                self.changed.wait(min(left, 1.0))
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        os.close(self.master)
+
+
+def test_on_a_terminal_cluster_up_keeps_a_live_status_table(tmp_path: Path) -> None:
+    """stdout a terminal (a pseudo-terminal here): the rich table with every node, redrawn."""
+    up = OnTerminal(tmp_path, 160, free_port_base())
     try:
-        wait_for(b"bootstrap servers:", b"generation", b"controller", b"running")
-        os.killpg(proc.pid, signal.SIGINT)
-        assert proc.wait(WAIT_S) == 0
-        wait_for(b"stopped controller")
+        up.wait_for(b"bootstrap servers:", b"generation", b"controller", b"running")
+        os.killpg(up.proc.pid, signal.SIGINT)
+        assert up.proc.wait(WAIT_S) == 0
+        up.wait_for(b"stopped controller")
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        os.close(master)
+        up.close()
+
+
+@pytest.mark.parametrize("columns", [80, 40])
+def test_on_a_narrow_terminal_the_live_table_drops_columns_not_ports(
+        tmp_path: Path, columns: int) -> None:
+    """At 80 columns the live table once cut every address to `127.0.0.…`: now each node's row
+    holds its address whole, and the columns that did not fit are named instead."""
+    base = free_port_base()
+    up = OnTerminal(tmp_path, columns, base)
+    ports = (base, base + 1, base + 100)
+    rows = [re.compile(rf"127\.0\.0\.1:{port}\s*(│|$)", re.M) for port in ports]
+    try:
+        up.wait_for(b"press Ctrl-C")
+        # the live view erasing its first frame to draw the next: that frame is whole
+        up.wait_until(lambda: b"\x1b[2K" in up.seen[up.seen.find(b"press Ctrl-C"):])
+        text = up.text()
+        table = text[text.index("\n", text.index("press Ctrl-C")):]  # the lines before wrap
+        assert all(row.search(table) for row in rows), table
+        assert "not shown at this width" in table, table
+        assert "127.0.0.…" not in table and "127.…" not in table, table
+        assert all(len(line) <= columns for line in re.split(r"[\r\n]", table)), table
+    finally:
+        up.close()
 
 
 def test_logs_at_warning_show_what_needs_a_person_only(tmp_path: Path) -> None:

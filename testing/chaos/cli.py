@@ -104,7 +104,8 @@ def run_command(args: argparse.Namespace,
                        client=args.client, target=args.target, rate_per_s=args.rate)
     schedule = scenario.schedule(args.seed, args.duration)
     print(f"scenario {scenario.name}, seed {args.seed}, {args.duration:g}s, client "
-          f"{args.client}, target {args.target}; schedule:", file=sys.stderr)
+          f"{args.client}, target {args.target}; schedule (seconds since the workload "
+          f"starts):", file=sys.stderr)
     for w in schedule:
         print(f"  {w.describe()}", file=sys.stderr)
     try:

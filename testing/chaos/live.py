@@ -1,6 +1,9 @@
 """What a chaos run shows while it runs: on a terminal (stderr a TTY), a live `rich` panel with
 the elapsed time, ops/s (operations recorded in the History per second), the faults so far and
 the fault now active; otherwise one plain line per fault and per phase, for logs and CI.
+
+Times count from the workload's start, as the schedule and the report do; what happens before it
+(the cluster starting) is marked "setup".
 """
 
 from __future__ import annotations
@@ -8,7 +11,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -22,15 +25,26 @@ REFRESH_S = 0.5
 
 
 class Lines:
-    """One line on stderr per phase and per fault, with the seconds since the run began."""
+    """One line on stderr per phase and per fault, with the seconds since the workload started
+    ("setup" before it). clock is time.monotonic, or a test's."""
 
-    def __init__(self, stream: Any = None) -> None:
+    def __init__(self, stream: Any = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.t0 = time.monotonic()
+        self.clock = clock
+        self.origin: float | None = None  # the workload's start, on clock
         self.faults = 0
 
+    def since_origin(self) -> str:
+        """"12.3s" since the workload started, or "setup" before it."""
+        if self.origin is None:
+            return "setup"
+        return f"{self.clock() - self.origin:.1f}s"
+
     def _say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.t0:7.1f}s] {text}", file=self.stream, flush=True)
+        print(f"[{self.since_origin():>8}] {text}", file=self.stream, flush=True)
+
+    def workload_started(self, monotonic_s: float) -> None:
+        self.origin = monotonic_s
 
     def started(self, history: History) -> None:
         pass
@@ -57,7 +71,7 @@ class Panel(Lines):
         self.last_fault = ""
         self.history_len: Any = None  # set by the runner: a callable giving len(history)
         self._rate = 0.0
-        self._last = (time.monotonic(), 0)
+        self._last = (self.clock(), 0)
 
     def started(self, history: History) -> None:
         self.history_len = history.__len__
@@ -75,7 +89,7 @@ class Panel(Lines):
     def render(self) -> Any:
         from rich.table import Table
 
-        now = time.monotonic()
+        now = self.clock()
         ops = self.history_len() if self.history_len is not None else 0
         then, before = self._last
         if now - then >= 1.0:
@@ -84,8 +98,10 @@ class Panel(Lines):
         c = self.config
         table = Table.grid(padding=(0, 2))
         table.add_row("scenario", f"{c.scenario.name} (seed {c.seed}, client {c.client})")
-        table.add_row("elapsed", f"{now - self.t0:.0f}s (the workload runs {c.duration_s:g}s "
-                      "under faults, then heals and is read back)")
+        elapsed = ("setting up the cluster" if self.origin is None else
+                   f"{now - self.origin:.0f}s since the workload started")
+        table.add_row("elapsed", f"{elapsed} (the workload runs {c.duration_s:g}s under faults, "
+                      "then heals and is read back)")
         table.add_row("phase", self.state)
         table.add_row("ops/s", f"{self._rate:.0f} ({ops} recorded)")
         table.add_row("faults", f"{self.faults} applied; last: {self.last_fault or '-'}")

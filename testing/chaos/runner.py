@@ -25,6 +25,13 @@ Theory of operation
    whose offset nothing replaced since, so the runner compares the final log itself.
 
 An `Observer` (live.py) is told of each phase, window and fault as they happen.
+
+One time origin: the workload's start. The schedule counts from it, and so does every part of
+the report (the fault list, the picture, the console): `Outcome.origin_ms` is where it falls on
+the history's clock, and the observer is told when it is. A window has three moments: the
+fault applied, the fault undone (the heal: a restart, resume or network heal begins), and the
+cluster recovered (that call returned: a restarted broker has registered again), so the fault
+can be shown apart from the recovery.
 """
 
 from __future__ import annotations
@@ -58,6 +65,7 @@ class Observer(Protocol):
     def started(self, history: History) -> None: ...
     def phase(self, text: str) -> None: ...
     def window(self, window: Window | None) -> None: ...  # the fault now active, or None
+    def workload_started(self, monotonic_s: float) -> None: ...  # the time origin
     def fault(self, kind: str, targets: tuple[int | str, ...], detail: str) -> None: ...
 
 
@@ -69,6 +77,9 @@ class Quiet:
         pass
 
     def window(self, window: Window | None) -> None:
+        pass
+
+    def workload_started(self, monotonic_s: float) -> None:
         pass
 
     def fault(self, kind: str, targets: tuple[int | str, ...], detail: str) -> None:
@@ -88,11 +99,13 @@ class RunConfig:
 
 @dataclass
 class Applied:
-    """A window as it happened: ms since the history began (its clock)."""
+    """A window as it happened, in ms since the history began (its clock): the fault from
+    start_ms to heal_ms, the recovery from heal_ms to end_ms."""
     window: Window
-    start_ms: float
-    end_ms: float | None = None
+    start_ms: float  # the fault applied
+    end_ms: float | None = None  # recovered: the undoing returned (a restarted node is back)
     victims: list[int | str] = field(default_factory=list)
+    heal_ms: float | None = None  # the fault undone; None: it could not be (see problems)
 
 
 @dataclass
@@ -108,6 +121,7 @@ class Outcome:
     final_values: int
     lost_acked: int  # acknowledged values the final log does not hold
     elapsed_s: float
+    origin_ms: float  # the workload's start on the history's clock: the report's time origin
 
     @property
     def ok(self) -> bool:
@@ -163,9 +177,11 @@ def run(config: RunConfig, observer: Observer | None = None,
                             partitions=s.partitions, client=config.client, acks=s.acks,
                             idempotent=s.idempotent, rate_per_s=config.rate_per_s, group=GROUP)
         try:
+            start = time.monotonic()
+            origin_ms = (start - t0) * 1000
+            obs.workload_started(start)
             obs.phase("running the workload")
             workload.start()
-            start = time.monotonic()
             _apply_schedule(cluster, workload, schedule, start, t0, applied, problems, obs,
                             recorded)
             _sleep_until(start + config.duration_s)
@@ -210,7 +226,7 @@ def run(config: RunConfig, observer: Observer | None = None,
                    applied=applied, problems=problems, errors=list(workload.errors),
                    error_count=workload.error_count, final_values=len(final),
                    lost_acked=len(lost),
-                   elapsed_s=time.monotonic() - t0)
+                   elapsed_s=time.monotonic() - t0, origin_ms=origin_ms)
 
 
 def _acked_values(history: History) -> set[bytes]:
@@ -239,6 +255,7 @@ def _apply_schedule(cluster: Any, workload: Workload, schedule: list[Window], st
         try:
             _open_window(cluster, workload, w, record, start, recorded)
             _sleep_until(start + w.end_s)
+            record.heal_ms = ms()
             _close_window(cluster, w, record)
         except Exception as exc:  # noqa: BLE001 - a window that cannot be applied fails the run
             problems.append(f"window {w.describe()}: {type(exc).__name__}: {exc}")

@@ -92,7 +92,7 @@ class Workload:
         self._seen: set[bytes] = set()  # values the group's consumers polled
         self._wanted: set[bytes] | None = None  # set by drain: the final log's values
         self._threads: list[threading.Thread] = []
-        self._consumers: list[tuple[threading.Thread, threading.Event]] = []
+        self._consumers: list[tuple[str, threading.Event]] = []  # (its name, its stop)
         self._n_producers, self._n_consumers = producers, consumers
 
     # ---- lifecycle
@@ -131,17 +131,19 @@ class Workload:
             raise RuntimeError(f"{CONSUMERS_MAX} consumers already (CONSUMERS_MAX)")
         name = self.history.new_name(f"{self.client}-consumer")
         stop = threading.Event()
-        self._consumers.append((self._spawn(self._consumer, name, stop), stop))
+        self._spawn(self._consumer, name, stop)
+        self._consumers.append((name, stop))
         return name
 
     def remove_consumer(self) -> str | None:
-        """The newest consumer leaves the group (a rebalance); its thread's name, or None if
-        only one is left (the group keeps a member)."""
+        """The newest consumer leaves the group (a rebalance); its name (as its ops in the
+        history carry it, not its thread's), or None if only one is left (the group keeps a
+        member)."""
         if len(self._consumers) <= 1:
             return None
-        thread, stop = self._consumers.pop()
+        name, stop = self._consumers.pop()
         stop.set()
-        return thread.name
+        return name
 
     def stop_producing(self) -> None:
         self.producing.clear()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -197,3 +198,39 @@ def test_list_and_bad_arguments_from_the_command_line() -> None:
                              text=True, timeout=60)
     assert compose.returncode == 2, compose.stderr
     assert "the compose target needs epochlog.testing.compose_cluster" in compose.stderr
+
+
+def test_a_run_tells_one_time_and_one_name_in_every_part(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A real run, its console, its report folder: the console's fault lines, the fault list and
+    verdict.json place the kill and the restart at the same seconds since the workload started
+    (the schedule's origin), and the consumer that leaves the group is named in its fault as its
+    polls in the history name it. Before, the console counted from its own start, the picture
+    from the history's (both ~6 s earlier than the schedule), and the leaving consumer was
+    `chaos-ours-consumer-2` in the fault but `ours-consumer-2` in the history."""
+    (window,) = get("kill-coordinator").schedule(3, 6.0)
+    assert not window.join  # this seed has a consumer leave
+    folder = tmp_path / "report"
+    args = build_parser().parse_args(["chaos", "run", "--scenario", "kill-coordinator",
+                                      "--seed", "3", "--duration", "6s", "--report", str(folder)])
+    assert chaos_cli.run_command(args) == 0, capsys.readouterr()
+    out, err = capsys.readouterr()
+    console = {kind: float(t) for t, kind in re.findall(
+        r"^\[\s*([\d.]+)s\] fault \d+: (kill|restart) ", err, re.M)}
+    verdict = json.loads((folder / "verdict.json").read_text())
+    (applied,) = verdict["applied"]
+    assert window.start_s <= applied["start_s"] < window.start_s + 3, (applied, err)
+    # the kill follows the window's start by the rebalance lead and the coordinator's lookup
+    assert applied["start_s"] <= console["kill"] <= applied["heal_s"], (applied, err)
+    assert abs(console["restart"] - applied["heal_s"]) < 1.0, (applied, err)
+    assert applied["heal_s"] <= applied["recovered_s"]
+    line = (f"{applied['start_s']:.1f}-{applied['heal_s']:.1f}s {applied['fault']}, recovered "
+            f"at {applied['recovered_s']:.1f}s")
+    assert line in (folder / "report.html").read_text() and line in out, (line, out)
+
+    history = History.load(folder / "history.jsonl")
+    (left,) = [re.fullmatch(r"consumer (\S+) leaves the group", op.detail)
+               for op in history.ops if isinstance(op, Fault) and op.kind == "rebalance"]
+    assert left is not None
+    pollers = {op.client for op in history.ops if isinstance(op, Poll)}
+    assert left.group(1) in pollers, (left.group(1), pollers)

@@ -53,3 +53,21 @@ def test_on_a_terminal_the_panel_shows_time_rate_faults_and_the_current_one() ->
     out = io.StringIO()
     Console(file=out, width=120).print(panel.render())
     assert "no fault active" in out.getvalue()
+
+
+def test_console_lines_count_from_the_workloads_start_as_the_report_does() -> None:
+    """The console's times share the schedule's and the report's origin, the workload's start;
+    what comes before it is setup. (They once counted from the display's start, 6 s earlier
+    than the report's fault list on a local cluster.)"""
+    err = io.StringIO()
+    now = [100.0]
+    lines = live.Lines(err, clock=lambda: now[0])
+    lines.phase("starting the cluster")
+    now[0] = 106.0
+    lines.workload_started(106.0)
+    lines.phase("running the workload")
+    now[0] = 108.3
+    lines.fault("kill", (3,), "SIGKILL to pid 9")
+    assert err.getvalue().splitlines() == ["[   setup] starting the cluster",
+                                           "[    0.0s] running the workload",
+                                           "[    2.3s] fault 1: kill 3: SIGKILL to pid 9"]

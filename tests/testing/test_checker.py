@@ -296,3 +296,17 @@ def test_anomalies_listed_are_bounded_but_counted() -> None:
     verdict = check(h, anomalies_per_kind_max=10)
     assert verdict.counts["lost-write"] == 49
     assert sum(a.kind == "lost-write" for a in verdict.anomalies) == 10
+
+
+def test_the_summary_counts_the_rest_of_what_was_found_not_of_what_was_listed() -> None:
+    """The verdict lists at most anomalies_per_kind_max of each kind but counts them all: its
+    "and N more" is the true remainder of the count (a run once said "and 82 more" where 265
+    anomalies were counted)."""
+    h = new_history()
+    log = written(h, 150)
+    poll(h, [log[0], log[-1]])  # 148 lost writes and one poll skip: 149 counted
+    verdict = check(h)
+    assert sum(verdict.counts.values()) == 149 and len(verdict.anomalies) == 101, verdict.counts
+    lines = str(verdict).splitlines()
+    assert lines[-1] == "  ... and 129 more (149 counted)", lines[-1]
+    assert len([line for line in lines if ": t-0: " in line]) == 20
