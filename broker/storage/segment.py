@@ -242,7 +242,7 @@ class Segment:
     # --- reading ---
 
     def header_at(self, position: int) -> BatchHeader:
-        data = os.pread(self._fd, BATCH_HEADER_BYTES, position)
+        data = os.pread(self._files.fd(self.log_path), BATCH_HEADER_BYTES, position)  # hot
         try:
             header = read_header(data)
         except CorruptBatch as e:
