@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -128,6 +129,30 @@ def test_batch_read_of_a_missing_topic_fails_naming_it_and_of_nothing_is_empty(
     assert jobs(spark) == before
     assert source(spark, cluster, subscribePattern="nosuch.*").load().collect() == []
     assert source(spark, cluster, subscribe="empty").load().count() == 0
+
+
+@pytest.mark.parametrize(("streaming", "options", "message"), [
+    (True, {"endingOffsets": "latest"},
+     "option endingOffsets applies to batch (read) queries only"),
+    (False, {"maxOffsetsPerTrigger": "10"},
+     "option maxOffsetsPerTrigger applies to streaming (readStream) queries only"),
+])
+def test_an_option_for_the_other_kind_of_query_fails_load(spark: Any, cluster: Cluster,
+                                                          streaming: bool,
+                                                          options: dict[str, str],
+                                                          message: str) -> None:
+    """Spark asks a Python source only its schema at load(), alike for read and readStream:
+    the driver-side check at load() is what names the misplaced option there, with our message
+    alone (before, a stream got as far as start() and failed with PySpark's UnboundLocalError
+    after ours)."""
+    with pytest.raises(ValueError) as caught:
+        source(spark, cluster, streaming, subscribe="orders", **options).load()
+    assert str(caught.value) == message
+    # load()'s own format= and options too
+    with pytest.raises(ValueError, match=re.escape(message)):
+        reader = spark.readStream if streaming else spark.read
+        reader.load(format="epochlog", subscribe="orders",
+                    **{"kafka.bootstrap.servers": cluster.bootstrap}, **options)
 
 
 def test_bad_stream_options_and_sink_schemas_fail_before_any_job(spark: Any, cluster: Cluster,
