@@ -56,6 +56,7 @@ def register(spark: SparkSession) -> None:
             sys.executable)
     spark.dataSource.register(EpochlogDataSource)
     _append_by_default()
+    _check_options_at_load()
 
 
 def _append_by_default() -> None:
@@ -75,6 +76,65 @@ def _append_by_default() -> None:
 
     format._epochlog_append = True  # type: ignore[attr-defined]
     DataFrameWriter.format = format  # type: ignore[method-assign]
+
+
+def _check_options_at_load() -> None:
+    """`spark.read...load()` and `spark.readStream...load()` of "epochlog" check the options
+    here, in the driver, knowing which of the two it is. Spark asks a Python data source only
+    its schema at load(), the same way for both, so an option for the other kind (endingOffsets
+    on a stream, maxOffsetsPerTrigger on a batch) would otherwise pass load() and fail later,
+    at start() behind PySpark's own errors. The readers keep their options in the JVM, so
+    format() and option() also note them on the Python object."""
+    from pyspark.sql.readwriter import DataFrameReader
+    from pyspark.sql.streaming.readwriter import DataStreamReader
+
+    from .options import parse_read
+
+    for cls, streaming in ((DataFrameReader, False), (DataStreamReader, True)):
+        if getattr(cls.load, "_epochlog_checks", False):
+            continue
+        _note_options(cls)
+        original = cls.load
+
+        def load(self: Any, path: Any = None, format: str | None = None, schema: Any = None,
+                 *, _original: Any = original, _streaming: bool = streaming,
+                 **options: Any) -> Any:
+            noted = getattr(self, "_epochlog_options", None)
+            if (format or "").lower() == "epochlog" or (format is None and noted is not None):
+                parse_read({**(noted or {}), **{k: _text(v) for k, v in options.items()}},
+                           streaming=_streaming)
+            return _original(self, path, format, schema, **options)
+
+        load._epochlog_checks = True  # type: ignore[attr-defined]
+        setattr(cls, "load", load)  # noqa: B010 - the two classes' load() differ in type
+
+
+def _note_options(cls: Any) -> None:
+    fmt, option, options = cls.format, cls.option, cls.options
+
+    def format(self: Any, source: str) -> Any:
+        if source.lower() == "epochlog":
+            self._epochlog_options = {}
+        else:
+            self.__dict__.pop("_epochlog_options", None)
+        return fmt(self, source)
+
+    def option_(self: Any, key: str, value: Any) -> Any:
+        if getattr(self, "_epochlog_options", None) is not None:
+            self._epochlog_options[key] = _text(value)
+        return option(self, key, value)
+
+    def options_(self: Any, **opts: Any) -> Any:
+        if getattr(self, "_epochlog_options", None) is not None:
+            self._epochlog_options.update({k: _text(v) for k, v in opts.items()})
+        return options(self, **opts)
+
+    cls.format, cls.option, cls.options = format, option_, options_
+
+
+def _text(value: Any) -> str:
+    """An option's value as Spark passes it on (booleans as true and false)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def session(master: str = "local[2]", app_name: str = "epochlog", **conf: Any) -> SparkSession:

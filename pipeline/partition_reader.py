@@ -99,7 +99,7 @@ class _RangeRead:
         self.loop = loop
         self.position = rng.start
         self.epoch = rng.start_epoch
-        self.lost = 0
+        self.lost: list[tuple[int, int]] = []  # offsets first..last lost, as they were found
         self._validated_once = False
 
     def batches(self) -> Iterator[Any]:
@@ -156,8 +156,9 @@ class _RangeRead:
             if decoded.rows:
                 yield decoded.batch
         if self.lost:
-            log.warning("%s: %d records lost in all in offsets %d..%d (failOnDataLoss=false)",
-                        self._name(), self.lost, self.rng.start, self.rng.end)
+            log.warning("%s: %d records lost in all, at offsets %s (failOnDataLoss=false)",
+                        self._name(), sum(last - first + 1 for first, last in self.lost),
+                        ", ".join(f"{first}..{last}" for first, last in self.lost))
 
     def _went_back(self) -> None:
         """The log's end is below the planned start and no epoch says where it diverged."""
@@ -198,7 +199,8 @@ class _RangeRead:
                 f"the query with failOnDataLoss=false to resume from the divergence point, "
                 f"offset {offset}, reading the new records there; or start a new checkpoint "
                 f"with startingOffsets={restart}.")
-        self.lost += lost
+        if lost:
+            self.lost.append((offset, self.position - 1))
         log.warning("%s: log truncated: %d records read before at offsets %d..%d are no longer "
                     "in the log (position %d, leader epoch %d; divergence at offset %d, leader "
                     "epoch %d); resuming from offset %d (failOnDataLoss=false)", self._name(),
@@ -227,7 +229,8 @@ class _RangeRead:
             raise DataLossError(
                 f"{self._name()}: some data may have been lost: {what}. If you do not want the "
                 "query to fail on such cases, set the source option failOnDataLoss to false.")
-        self.lost += lost
+        if lost > 0:
+            self.lost.append((self.position, self.position + lost - 1))
         log.warning("%s: %s: %d records lost; reading on from offset %d (failOnDataLoss=false)",
                     self._name(), what, lost, resume)
         if resume >= self.rng.end:

@@ -23,10 +23,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
+import os
 import random
+import signal
+import subprocess
 import sys
+import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 from epochlog.client import Admin, NewTopic, Producer
 
@@ -74,13 +79,71 @@ def _offsets(value: Any) -> dict[str, Any]:
     return json.loads(value) if isinstance(value, str) else dict(value)
 
 
+class _Interrupts(logging.Filter):
+    """Ctrl-C as one line. A terminal's Ctrl-C reaches the whole process group: the JVM ignores
+    it (PySpark starts it so), but Spark's Python workers die of it, and PySpark's own SIGINT
+    handler calls the JVM from inside the handler, so py4j logs a traceback through the root
+    logger for each call that then fails. So this handler only raises KeyboardInterrupt, the
+    stop that follows is best effort, and after it py4j's records and the JVM's stderr are
+    dropped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.interrupted = False
+
+    def install(self) -> None:
+        """After the session is built: PySpark installs its handler when the context starts."""
+        signal.signal(signal.SIGINT, self._on_sigint)
+        root = logging.getLogger()
+        if not root.handlers:
+            logging.basicConfig()  # what py4j's first logging.exception() would do
+        for handler in root.handlers:
+            handler.addFilter(self)
+
+    def launch_jvm(self, master: str) -> None:
+        """Spark's JVM, with its stderr (and its Python workers') passed on through this
+        process until Ctrl-C: those workers die of the same SIGINT and Spark logs the failed
+        tasks while it stops, which is not news. The session then reuses this JVM."""
+        from pyspark import SparkContext
+        from pyspark.java_gateway import launch_gateway
+
+        if master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # as pipeline.session()
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            popen_kwargs={"stderr": subprocess.PIPE})
+        threading.Thread(target=self._forward, args=(gateway.proc.stderr,), daemon=True,
+                         name="jvm-stderr").start()
+        SparkContext._gateway = gateway
+        SparkContext._jvm = gateway.jvm
+
+    def _forward(self, stream: IO[bytes]) -> None:
+        for line in stream:
+            if not self.interrupted:
+                sys.stderr.buffer.write(line)
+                sys.stderr.flush()
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.interrupted:
+            return  # already stopping
+        self.interrupted = True
+        raise KeyboardInterrupt
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (self.interrupted and "py4j" in record.pathname)
+
+
 def run(args: argparse.Namespace) -> None:
+    """The streaming query, until it fails or Ctrl-C (KeyboardInterrupt, once the query is
+    stopped as far as the JVM still allows)."""
     from pyspark.sql.streaming.listener import StreamingQueryListener
 
     from epochlog.pipeline import session
 
+    interrupts = _Interrupts()
+    interrupts.launch_jvm(args.master)
     spark = session(args.master, "epochlog-reference-pipeline",
-                             **{"spark.sql.shuffle.partitions": "2"})
+                    **{"spark.sql.shuffle.partitions": "2"})
+    interrupts.install()
     spark.sparkContext.setLogLevel("ERROR")
 
     class Progress(StreamingQueryListener):
@@ -105,10 +168,18 @@ def run(args: argparse.Namespace) -> None:
              .trigger(processingTime=f"{args.trigger_seconds} seconds").start())
     try:
         query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
     finally:
-        spark.stop()
+        _stop(query.stop, interrupts)
+        _stop(spark.stop, interrupts)
+
+
+def _stop(stop: Any, interrupts: _Interrupts) -> None:
+    """stop(); after Ctrl-C the JVM may already be gone, and that is no error to show."""
+    try:
+        stop()
+    except Exception:
+        if not interrupts.interrupted:
+            raise
 
 
 async def generate(args: argparse.Namespace) -> None:
@@ -169,7 +240,12 @@ def main(argv: list[str] | None = None) -> None:
         except KeyboardInterrupt:
             pass
     else:
-        run(args)
+        try:
+            run(args)
+        except KeyboardInterrupt:
+            print(f"interrupted: the query stopped; run again to go on from its checkpoint "
+                  f"({args.out}/_checkpoint)", file=sys.stderr, flush=True)
+            raise SystemExit(130) from None
 
 
 if __name__ == "__main__":

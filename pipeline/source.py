@@ -42,7 +42,7 @@ from epochlog.client.types import TopicPartition
 
 from . import planning
 from .lookup import Lookup, now_ms
-from .options import EARLIEST, OffsetSpec, ReadOptions, parse_read
+from .options import EARLIEST, OffsetSpec, ReadOptions, Topics, parse_read
 from .partition_reader import DataLossError, ReaderSettings, read_range
 from .planning import OffsetRange, Position
 from .schema import source_schema
@@ -133,10 +133,7 @@ class BatchReader(DataSourceReader):
         lookup = Lookup(self.options)
         try:
             found = lookup.partitions()
-            missing = sorted(tp for tp, exists in found.items() if not exists)
-            if missing:
-                raise ValueError("option assign names partitions that do not exist: "
-                                 + ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing))
+            _check_exist(self.options.topics, found)
             tps = sorted(found)
             _check_named(self.options.starting, tps, "startingOffsets")
             _check_named(self.options.ending, tps, "endingOffsets")
@@ -156,8 +153,26 @@ class BatchReader(DataSourceReader):
         return [RangePartition(r) for r in pieces]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        if type(partition) is InputPartition and partition.value is None:
+            # What PySpark hands read() when partitions() planned none: nothing to read
+            return iter(())
         assert isinstance(partition, RangePartition), partition
         return read_range(self.settings, partition.rng)
+
+
+def _check_exist(topics: Topics, found: Mapping[TopicPartition, bool]) -> None:
+    """A batch query's topics must exist, as in Spark's Kafka source: `subscribe` of a missing
+    topic fails (there, with Kafka's UnknownTopicOrPartitionException; here, naming it), and
+    so does `assign` of a missing partition. A `subscribePattern` matching nothing reads
+    nothing: an empty DataFrame."""
+    missing = sorted(tp for tp, exists in found.items() if not exists)
+    if missing:
+        raise ValueError("option assign names partitions that do not exist: "
+                         + ", ".join(f"{tp.topic}-{tp.partition}" for tp in missing))
+    absent = sorted(set(topics.subscribe) - {tp.topic for tp in found})
+    if absent:
+        raise ValueError(f"option subscribe names topics that do not exist: "
+                         f"{', '.join(absent)}")
 
 
 # ----------------------------------------------------------------------------------- stream

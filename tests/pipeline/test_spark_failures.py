@@ -211,10 +211,15 @@ def test_unclean_election_truncates_and_regrows_past_the_checkpoint(
             f"new{i}" for i in range(15)]
         assert (f"{topic}-0: log truncated: 10 records read before at offsets 5..14 are no "
                 "longer in the log") in caplog.text
+        # and the range's summary names those offsets, not the range planned (15..19)
+        assert (f"{topic}-0: 10 records lost in all, at offsets 5..14 (failOnDataLoss=false)"
+                in caplog.text), caplog.text
 
 
 # ------------------------------------------------------------------------ Spark's cases
-def test_retention_deleted_offsets_fail_or_are_skipped(spark: Any, cluster: Cluster) -> None:
+def test_retention_deleted_offsets_fail_or_are_skipped(spark: Any, cluster: Cluster,
+                                                       caplog: pytest.LogCaptureFixture
+                                                       ) -> None:
     topic = "retained"
     cluster.create_topic(topic, partitions=1, replication_factor=3,
                          **{"segment.bytes": "2048", "retention.bytes": "4096"})
@@ -241,6 +246,17 @@ def test_retention_deleted_offsets_fail_or_are_skipped(spark: Any, cluster: Clus
         read("true").collect()
     offsets = sorted(r.offset for r in read("false").collect())
     assert offsets and offsets[0] >= start and offsets == list(range(offsets[0], 80))
+
+    # The executor's warnings (Spark's workers log them to the JVM's stderr), from the same
+    # read in this process: they name the offsets lost, not the range planned (0..79)
+    caplog.set_level(logging.WARNING, "epochlog.pipeline")
+    settings = ReaderSettings(consumer={"bootstrap_servers": cluster.bootstrap},
+                              fail_on_data_loss=False)
+    batches = list(read_range(settings, OffsetRange(TopicPartition(topic, 0), 0, 80)))
+    first = batches[0].column("offset")[0].as_py()
+    assert first >= start and sum(b.num_rows for b in batches) == 80 - first
+    assert (f"{topic}-0: {first} records lost in all, at offsets 0..{first - 1} "
+            "(failOnDataLoss=false)") in caplog.text, caplog.text
 
 
 def test_partitions_added_and_topics_deleted_mid_stream(spark: Any, cluster: Cluster,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -99,7 +100,7 @@ def jobs(spark: Any) -> list[int]:
     ({"subscribe": "orders", "maxOffsetsPerTrigger": "10"},
      "maxOffsetsPerTrigger applies to streaming (readStream) queries only"),
     ({"subscribe": "orders", "kafka.group.id": "g"}, "kafka.group.id is not supported"),
-    ({"subscribe": "nosuchtopic-ever", "startingOffsets": '{"orders": {"0": 1}}'},
+    ({"subscribePattern": "nosuchtopic-ever", "startingOffsets": '{"orders": {"0": 1}}'},
      "startingOffsets names partitions the query does not read: orders-0"),
     ({"assign": '{"orders": [7]}'}, "assign names partitions that do not exist: orders-7"),
 ])
@@ -110,6 +111,48 @@ def test_bad_read_options_fail_before_any_job(spark: Any, cluster: Cluster,
         source(spark, cluster, **options).load().collect()
     assert message in str(caught.value)
     assert jobs(spark) == before
+
+
+def test_batch_read_of_a_missing_topic_fails_naming_it_and_of_nothing_is_empty(
+        spark: Any, cluster: Cluster) -> None:
+    """As Spark's Kafka source (Admin offset fetching, its default since 3.4): `subscribe` of a
+    topic that does not exist fails planning (there with Kafka's UnknownTopicOrPartition; here
+    naming the topic), while a pattern matching no topic, or a topic with no records, reads as
+    an empty DataFrame. PySpark hands read() a placeholder partition when none was planned."""
+    cluster.create_topic("empty", partitions=2, replication_factor=3)
+    before = jobs(spark)
+    with pytest.raises(Exception) as caught:
+        source(spark, cluster, subscribe="empty,nosuch-a,nosuch-b").load().collect()
+    assert "option subscribe names topics that do not exist: nosuch-a, nosuch-b" in str(
+        caught.value)
+    assert "AssertionError" not in str(caught.value)
+    assert jobs(spark) == before
+    assert source(spark, cluster, subscribePattern="nosuch.*").load().collect() == []
+    assert source(spark, cluster, subscribe="empty").load().count() == 0
+
+
+@pytest.mark.parametrize(("streaming", "options", "message"), [
+    (True, {"endingOffsets": "latest"},
+     "option endingOffsets applies to batch (read) queries only"),
+    (False, {"maxOffsetsPerTrigger": "10"},
+     "option maxOffsetsPerTrigger applies to streaming (readStream) queries only"),
+])
+def test_an_option_for_the_other_kind_of_query_fails_load(spark: Any, cluster: Cluster,
+                                                          streaming: bool,
+                                                          options: dict[str, str],
+                                                          message: str) -> None:
+    """Spark asks a Python source only its schema at load(), alike for read and readStream:
+    the driver-side check at load() is what names the misplaced option there, with our message
+    alone (before, a stream got as far as start() and failed with PySpark's UnboundLocalError
+    after ours)."""
+    with pytest.raises(ValueError) as caught:
+        source(spark, cluster, streaming, subscribe="orders", **options).load()
+    assert str(caught.value) == message
+    # load()'s own format= and options too
+    with pytest.raises(ValueError, match=re.escape(message)):
+        reader = spark.readStream if streaming else spark.read
+        reader.load(format="epochlog", subscribe="orders",
+                    **{"kafka.bootstrap.servers": cluster.bootstrap}, **options)
 
 
 def test_bad_stream_options_and_sink_schemas_fail_before_any_job(spark: Any, cluster: Cluster,
