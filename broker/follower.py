@@ -44,6 +44,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -302,14 +303,14 @@ class SourceFetcher:
                     tp = (topic.topic, d.partition_index)
                     f = self._current(tp, sent, answered)
                     if f is not None:
-                        self._on_fetched(f, sent[tp], d, changed)
+                        self._guarded(f, self._on_fetched, f, sent[tp], d, changed)
         else:
             for topic in response.topics:
                 for a in topic.partitions:
                     tp = (topic.topic, a.partition)
                     f = self._current(tp, sent, answered)
                     if f is not None:
-                        self._on_epoch_end(f, a, changed)
+                        self._guarded(f, self._on_epoch_end, f, a, changed)
         for tp in sent.keys() - answered:  # the leader left it out: try again later
             f = self._followed.get(tp)
             if f is not None and f.generation == sent[tp].generation:
@@ -355,6 +356,17 @@ class SourceFetcher:
         p = f.partition
         return (p.role is Role.FOLLOWER and p.leader_epoch == f.leader_epoch
                 and p.leader_id == self.source_id)
+
+    def _guarded(self, f: _Followed, handle: Callable[..., None], *args: Any) -> None:
+        """One partition's answer applied; a storage error while cutting its log (no
+        descriptor left: descriptors.py) is that partition's alone: it asks for the epochs
+        again after a back-off, and the other partitions and the broker go on."""
+        try:
+            handle(*args)
+        except StorageError as exc:
+            self.stats.errors[name_of(exc.error_code)] += 1
+            self._set_state(f, FollowState.TRUNCATING, f"truncating failed: {exc}")
+            self._back_off(f, f"truncating failed: {exc}")
 
     def _answered_error(self, tp: TopicPartition, s: _Sent, code: int) -> None:
         f = self._followed.get(tp)

@@ -807,12 +807,18 @@ class Log:
         records is recorded with (truncations.py)."""
         if offset < 0:
             raise ValueError(f"cannot truncate to negative offset {offset}")
-        old_end = self.log_end_offset
-        if offset >= old_end:
+        if offset >= self.log_end_offset:
             return
+        try:
+            self._truncate_to(offset, why)
+        except OSError as exc:  # no descriptor to cut with: said, retried by the caller
+            raise self._no_descriptor("truncation", exc) from exc
+
+    def _truncate_to(self, offset: int, why: str) -> None:
+        old_end = self.log_end_offset
         self._note_committed_cut(offset, why)
         if offset < self._bases[0]:
-            self.truncate_fully_and_start_at(offset)
+            self._truncate_fully_and_start_at(offset)
             return
         self._generation += 1
         if self.snapshots.delete_outside(0, offset):  # durable before new batches land there
@@ -837,6 +843,12 @@ class Log:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every batch and start again, empty, at offset (a follower far behind)."""
+        try:
+            self._truncate_fully_and_start_at(offset)
+        except OSError as exc:  # as truncate_to
+            raise self._no_descriptor("truncation", exc) from exc
+
+    def _truncate_fully_and_start_at(self, offset: int) -> None:
         old_end = self.log_end_offset
         self._generation += 1
         for segment in self._segments:

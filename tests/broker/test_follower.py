@@ -11,6 +11,7 @@ Kafka's out-of-range rules on both sides of the leader's log.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -470,3 +471,39 @@ async def test_the_manager_moves_partitions_between_source_fetchers(pair, clock)
     assert {"epochlog_broker_replica_fetch_records_appended", "epochlog_broker_replica_max_lag",
             "epochlog_broker_replica_truncations", "epochlog_broker_replica_fetch_errors"} <= names
     await manager.close()
+
+
+def test_a_truncation_without_a_descriptor_backs_off_that_partition_and_is_done_later(
+        pair, clock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Running out of descriptors while cutting a divergent tail is no failure of the fetcher
+    (whose task would stop the broker): the partition backs off, asks for the epochs again and
+    is cut then (issue 33)."""
+    leader, follower = pair
+    leader.write(0, 2)
+    leader.write(2, 2)
+    follower.write(0, 2)
+    leader.become(LEADER, 2)
+    fetcher = new_fetcher(clock)
+    follow(follower, 2, fetcher)
+    exchange(fetcher, leader)
+    follower.log.append_as_leader(make_batch(1, tag=99), 1)  # the divergent tail
+    cut = follower.log._truncate_to
+    failures = []
+
+    def no_descriptor(offset: int, why: str) -> None:
+        if not failures:
+            failures.append(offset)
+            raise OSError(errno.EMFILE, "Too many open files")
+        cut(offset, why)
+
+    monkeypatch.setattr(follower.log, "_truncate_to", no_descriptor)
+    key, _, _ = exchange(fetcher, leader)  # the answer names the divergence; the cut fails
+
+    assert key == FETCH and failures == [2]
+    assert follower.log.log_end_offset == 3  # not cut yet
+    assert fetcher.state_of(TOPIC, 0) is FollowState.TRUNCATING
+    assert fetcher.stats.errors["KAFKA_STORAGE_ERROR"] == 1
+    assert fetcher.next_request() is None  # backing off
+    clock.advance(fetcher.next_wakeup_ms() - clock())
+    sync(fetcher, leader)
+    assert follower.batches() == leader.batches()
