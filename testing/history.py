@@ -455,6 +455,11 @@ class History:
     def _now_ms(self) -> float:
         return (self._monotonic_ns() - self._start_ns) / 1e6
 
+    def now_ms(self) -> float:
+        """Milliseconds since the history began, on the clock its ops' t_ms use: for a note a
+        test keeps beside the history (an error a client reported, say)."""
+        return self._now_ms()
+
     def _wall_ms(self) -> int:
         return self._wall_ns() // 1_000_000
 

@@ -16,8 +16,10 @@ partition from the start, and `check` must find nothing: no anomaly, every send 
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -25,7 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from epochlog.testing import History, check
 from epochlog.testing.adapter_confluent import Consumer, Producer
 from epochlog.testing.compose_cluster import ComposeCluster
-from epochlog.testing.history import Fault, Rebalance, Send
+from epochlog.testing.history import Fault, Poll, Rebalance, Send
 from epochlog.testing.requests import until
 
 TOPIC = "orders"
@@ -40,16 +42,40 @@ STEP_S_MAX = 90.0  # each wait of the scenario
 FLUSH_S = 60.0
 
 
+DEBUG_LINES = 300
+
+
+class _Keep(logging.Handler):
+    """Keeps a logger's latest lines, stamped with the history's time."""
+
+    def __init__(self, lines: deque[str], history: History) -> None:
+        super().__init__()
+        self.lines, self.history = lines, history
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(f"{self.history.now_ms():.0f} ms {record.getMessage()}")
+
+
 class Member:
     """One consumer of the group in a thread of its own: poll, commit what it read."""
 
     def __init__(self, bootstrap: str, history: History, name: str,
-                 read: set[bytes], errors: list[str]) -> None:
+                 read: set[bytes], errors: deque[str]) -> None:
+        # librdkafka's own account of the group and its fetches, the latest lines kept for a
+        # failure's detail (a member that stops reading while it holds partitions, say)
+        self.debug: deque[str] = deque(maxlen=DEBUG_LINES)
+        logger = logging.getLogger(f"rdkafka.{name}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(_Keep(self.debug, history))
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP,
                                   "auto.offset.reset": "earliest", "enable.auto.commit": False,
                                   "session.timeout.ms": SESSION_MS,
-                                  "heartbeat.interval.ms": 500}, history=history, name=name)
+                                  "heartbeat.interval.ms": 500, "debug": "cgrp,fetch",
+                                  "logger": logger}, history=history, name=name)
         self.name, self.read, self.errors = name, read, errors
+        self.history = history
+        self.doing = "starting"  # for a failure's detail: a member that hangs, and where
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, name=name, daemon=True)
         self.thread.start()
@@ -59,15 +85,23 @@ class Member:
         try:
             while not self.stop.is_set():
                 msg = self.consumer.poll(0.3)
-                if msg is None or msg.error() is not None:
+                if msg is None:
+                    continue
+                if msg.error() is not None:  # for a failure's detail; librdkafka goes on
+                    self.errors.append(f"{self.name} at {self._ms():.0f} ms: {msg.error()}")
                     continue
                 self.read.add(msg.value())
+                self.doing = f"a synchronous commit since {self._ms():.0f} ms"
                 try:
                     self.consumer.commit(asynchronous=False)
                 except Exception as exc:  # a commit across the failover: the next one retries
-                    self.errors.append(f"{self.name}: {exc!r}")
+                    self.errors.append(f"{self.name} at {self._ms():.0f} ms: {exc!r}")
+                self.doing = f"polling since {self._ms():.0f} ms"
         finally:
             self.consumer.close()  # leaves the group
+
+    def _ms(self) -> float:
+        return self.history.now_ms()
 
     def leave(self) -> None:
         self.stop.set()
@@ -97,7 +131,7 @@ def wait(what: str, done: Callable[[], bool],
     until(lambda: done() or None, what, STEP_S_MAX, interval_s=0.1, detail=detail)
 
 
-def unread(history: History, read: set[bytes], errors: list[str]) -> str:
+def unread(history: History, read: set[bytes], errors: deque[str]) -> str:
     """For a failure: the acknowledged values the group has not read, by partition (offsets),
     each member's last assignment change, and the members' last commit errors."""
     missing: dict[int | None, list[int]] = {}
@@ -107,11 +141,19 @@ def unread(history: History, read: set[bytes], errors: list[str]) -> str:
     parts = {p: f"{len(o)} at offsets {min(o)}..{max(o)}" for p, o in sorted(
         missing.items(), key=lambda kv: -1 if kv[0] is None else kv[0])}
     last: dict[str, str] = {}
+    polled: dict[tuple[str, int], tuple[int, int]] = {}  # (member, partition) -> (offset, t_ms)
     for op in history.ops:
         if isinstance(op, Rebalance):
-            last[op.client] = f"{op.change} {sorted(p for _, p in op.partitions)}"
+            last[op.client] = f"{op.change} {sorted(p for _, p in op.partitions)} " \
+                              f"at {op.t_ms or 0:.0f} ms"
+        elif isinstance(op, Poll):
+            for r in op.records:
+                polled[(op.client, r.partition)] = (r.offset, round(op.t_ms or 0))
+    faults = [f"{op.kind} {op.targets} at {op.t_ms or 0:.0f} ms" for op in history.ops
+              if isinstance(op, Fault)]
     return f"unread by partition: {parts}\nlast rebalance of each member: {last}\n" \
-           f"commit errors (last 5): {errors[-5:]}"
+           f"last read (offset, ms) by member and partition: {dict(sorted(polled.items()))}\n" \
+           f"faults: {faults}\nconsumer and commit errors (last 10): {list(errors)[-10:]}"
 
 
 def revoked_by(history: History, client: str, after: int) -> bool:
@@ -141,6 +183,7 @@ def test_docker_kill_of_the_coordinator_mid_rebalance_loses_nothing(
                                on_fault=history.record_fault, images=images,
                                project="epochlog-test-group")
     assert isinstance(cluster, ComposeCluster)
+    members: list[Member] = []
     try:
         env = cluster.project.inspect("controller")["Config"]["Env"]
         assert "EPOCHLOG_DEFAULT_MIN_INSYNC_REPLICAS=2" in env, env  # the override file
@@ -149,12 +192,11 @@ def test_docker_kill_of_the_coordinator_mid_rebalance_loses_nothing(
         cluster.wait_fully_replicated(OFFSETS_TOPIC)
         bootstrap = cluster.bootstrap_servers
         read: set[bytes] = set()
-        errors: list[str] = []
+        errors: deque[str] = deque(maxlen=100)  # the latest, for a failure's detail
         stop = threading.Event()
         producer = threading.Thread(target=produce, args=(bootstrap, history, stop),
                                     daemon=True)
         producer.start()
-        members: list[Member] = []
         try:
             members.append(Member(bootstrap, history, "member-a", read, errors))
             wait("member A to read", lambda: len(read) >= 200)
@@ -191,11 +233,15 @@ def test_docker_kill_of_the_coordinator_mid_rebalance_loses_nothing(
         read_back(bootstrap, history)
     except BaseException:
         print(cluster.logs_tail())  # shown with the failure
+        for member in members:
+            print(f"--- {member.name}: {member.doing}; librdkafka's last {len(member.debug)} "
+                  "lines (served by its polls)")
+            print("\n".join(member.debug))
         raise
 
     verdict = check(history)
     sends = [op for op in history.ops if isinstance(op, Send)]
-    assert verdict.ok and not verdict.anomalies, f"{verdict}\nerrors: {errors[:10]}"
+    assert verdict.ok and not verdict.anomalies, f"{verdict}\nerrors: {list(errors)[:10]}"
     assert sends and all(op.acked for op in sends), \
         [(op.value, op.error) for op in sends if not op.acked][:5]
     faults = [(op.kind, tuple(op.targets)) for op in history.ops if isinstance(op, Fault)]
