@@ -9,8 +9,9 @@ and carries epochlog's KIP-359 field: each partition's `current_leader_epoch` (t
 protocol/apis/produce.py), fenced as Fetch is: older than the leader's epoch -> FENCED_LEADER_EPOCH,
 newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
 
-Each batch's structure is checked here (whole, magic 2, size against message_max_bytes, not a
-control batch, transactional only in a request naming a transactional id) before the leader
+Each partition's records are exactly one batch (Kafka's rule since v3: more is INVALID_RECORD),
+whose structure is checked here (whole, magic 2, size against message_max_bytes, not a control
+batch, transactional only in a request naming a transactional id) before the leader
 appends it through storage, which checks its CRC (once; a
 mismatch is CORRUPT_MESSAGE), assigns offsets from the log end and stamps our leader epoch.
 Idempotent producers: storage's producer state checks sequences; a retried batch (Kafka's
@@ -18,6 +19,8 @@ DUPLICATE_SEQUENCE_NUMBER case) is answered as a success with its original offse
 OUT_OF_ORDER_SEQUENCE_NUMBER and INVALID_PRODUCER_EPOCH come from storage. Kafka (2.5+, KIP-360) no
 longer answers UNKNOWN_PRODUCER_ID to a produce, and neither do we: an unknown producer may start at
 any sequence.
+
+A partition refused answers base_offset -1, as Kafka does (INVALID_OFFSET), never an offset.
 
 acks: 0 -> no answer; 1 -> answered once the leader has appended; -1 (all) -> answered when the
 high watermark passes the last batch (the produce purgatory, woken when it moves) or after
@@ -87,6 +90,9 @@ def _check_batches(records: bytes | None, bytes_max: int, transactional_id: str 
         raise _Refused(E.CORRUPT_MESSAGE, "no record batches")
     pos = 0
     while pos < len(records):
+        if pos:  # Kafka's rule since Produce v3: exactly one batch for each partition
+            raise _Refused(E.INVALID_RECORD, "more than one record batch for the partition: "
+                                             "a Produce request (v3+) carries exactly one")
         try:
             header = read_header(records, pos)
             if len(records) - pos < header.size:
@@ -116,7 +122,7 @@ def append(app: BrokerApp, topic: str, data: PartitionProduceData, acks: int,
            ) -> tuple[PartitionProduceResponse, Partition | None, int]:
     """The answer for one partition, and (partition, last offset) to wait for under acks=all
     (partition None: nothing to wait for)."""
-    answer = PartitionProduceResponse(index=data.index)
+    answer = PartitionProduceResponse(index=data.index, base_offset=-1)  # -1 unless appended
     partition, answer.error_code = leader(app, topic, data.index, data.current_leader_epoch)
     if partition is None:
         if answer.error_code == E.UNKNOWN_TOPIC_OR_PARTITION:
@@ -171,7 +177,8 @@ def append_all(app: BrokerApp, request: ProduceRequest
         answers = []
         for data in topic.partition_data:
             if refuse:
-                answers.append(PartitionProduceResponse(index=data.index, error_code=refuse))
+                answers.append(PartitionProduceResponse(index=data.index, error_code=refuse,
+                                                        base_offset=-1))
                 continue
             answer, partition, last_offset = append(app, topic.name, data, request.acks,
                                                     request.transactional_id)
