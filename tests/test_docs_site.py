@@ -1,11 +1,13 @@
-"""The documentation: the README is a front door that opens with the two commands, every Python
-example in it and in docs/ is one a test runs (tests/docs.py's RUN_BY), and the site's strict
-build (which .ci/lint runs) fails on a broken link, a broken anchor, a page left out of the nav
-and a nav entry with no page, each shown on a copy of the site."""
+"""The documentation: the README is a front door that opens with the two commands and links to
+pages that exist; every Python example in it and in docs/ is one a test runs (tests/docs.py's
+RUN_BY); and the site's strict build (which .ci/lint runs) fails on a broken link, a broken
+anchor, a page left out of the nav and a nav entry with no page, each shown on a copy of the
+site."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -43,6 +45,15 @@ def test_the_readme_opens_with_the_two_commands_and_stays_short() -> None:
     commands = [line for line in first.code.splitlines() if line and not line.startswith("#")]
     assert first.language == "sh" and commands == [SETUP_AND_RUN, SETUP_AND_TEST], first
     assert (ROOT / ".ci" / "run").exists()
+
+
+def test_the_readme_links_to_pages_that_exist() -> None:
+    """The site's build checks the links between its pages; the README is not one of them."""
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets, "README.md links to no page"
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).is_file()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
 
 
 def build(root: Path) -> subprocess.CompletedProcess[str]:
