@@ -6,7 +6,7 @@
 # Without them (CI here), docker/base-image.sh builds a Debian base with Python 3.11 and
 # docker/wheelhouse.sh downloads the wheels on the host; then
 #   docker build --build-arg BASE_IMAGE="$(docker/base-image.sh)" .
-# installs from docker/wheels/ with no network (see README, "docker-compose").
+# installs from docker/wheels/ with no network (see docs/docker-compose.md).
 ARG BASE_IMAGE=python:3.11-slim
 
 # Every stage is labelled as made here (an image inherits its base's labels: this replaces the

@@ -10,7 +10,8 @@ that carry them to brokers: the one place where that precedence is written.
 
 `acted_on` says whether epochlog changes its behaviour for a setting. The others (tiered storage,
 replication throttles, preallocation, down-conversion, ...) are accepted, validated, stored and
-described, so tools that create topics with them work, and have no effect; the README lists them.
+described, so tools that create topics with them work, and have no effect; docs/settings.md lists
+them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ carry leader epochs.
     df = (spark.read.format("epochlog").option("kafka.bootstrap.servers", "127.0.0.1:9092")
           .option("subscribe", "orders").load())
 
-Options and schema are Spark's Kafka connector's (README, "Spark"); the differences are that
+Options and schema are Spark's Kafka connector's (docs/spark.md); the differences are that
 every streaming offset is checkpointed with its leader epoch and validated by the executor that
 reads from it (KIP-320), and that it needs no JVM code: it is a Python data source on the client
 library (`epochlog.client`), the only part of epochlog it imports.

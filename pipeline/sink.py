@@ -9,10 +9,10 @@ ignores them. The schema is checked when the writer is built, before any job run
 Each Spark task writes its rows with its own Producer (idempotent, acks=all by default, in its
 own event loop; Arrow batches in, so a row costs one send and no Row object), waits for every
 acknowledgement, and fails the task if any record was not acknowledged. What that guarantees
-(README, "Spark"): every row of a successful write or micro-batch is acknowledged by
-min.insync.replicas replicas; the producer's own retries never duplicate (idempotence); a task
-that Spark runs again (after a failure, or a micro-batch replayed after a restart) writes its
-rows again, so the whole is at-least-once, as with Spark's Kafka sink.
+(docs/spark.md, "What the writer guarantees"): every row of a successful write or micro-batch
+is acknowledged by min.insync.replicas replicas; the producer's own retries never duplicate
+(idempotence); a task that Spark runs again (after a failure, or a micro-batch replayed after a
+restart) writes its rows again, so the whole is at-least-once, as with Spark's Kafka sink.
 """
 
 from __future__ import annotations

@@ -265,8 +265,8 @@ def test_writer_batch_and_streaming(spark: Any, cluster: Cluster, tmp_path: Path
 
 def test_reference_pipeline_counts_clicks_per_user_and_window(spark: Any, cluster: Cluster,
                                                               tmp_path: Path) -> None:
-    """pipeline.reference's query (README, "Spark"): counts per user in event-time windows,
-    written once the watermark passes them; and its progress line."""
+    """pipeline.reference's query (docs/spark.md, "The reference pipeline"): counts per user in
+    event-time windows, written once the watermark passes them; and its progress line."""
     from epochlog.pipeline.reference import clicks_per_user, generate, progress_line
 
     asyncio.run(generate(argparse.Namespace(
@@ -309,17 +309,17 @@ def test_reference_pipeline_counts_clicks_per_user_and_window(spark: Any, cluste
     assert progress  # the query reported progress
 
 
-def test_the_readme_example_runs(spark: Any, cluster: Cluster) -> None:
-    """The README's Spark example, as written (the session it builds is this run's: one
-    SparkContext per process), against this cluster."""
-    from tests.test_readme_client_example import readme_example
+def test_the_docs_example_runs(spark: Any, cluster: Cluster) -> None:
+    """The Spark example of docs/spark.md (the README shows it too), as written (the session it
+    builds is this run's: one SparkContext per process), against this cluster."""
+    from tests.docs import doc_example
 
-    code = readme_example("## Spark").replace("127.0.0.1:9092", cluster.bootstrap)
+    code = doc_example("spark.md", "# Spark").replace("127.0.0.1:9092", cluster.bootstrap)
     cluster.create_topic("readme-in", partitions=1, replication_factor=3)
     produce(cluster.bootstrap, "readme-in", [(b"k%d" % i, b"v%d" % i, []) for i in range(50)])
     code = code.replace('"orders"', '"readme-in"').replace('"out"', '"readme-out"')
     scope: dict[str, Any] = {}
-    exec(compile(code, "README.md", "exec"), scope)
+    exec(compile(code, "docs/spark.md", "exec"), scope)
     assert scope["stream"].isStreaming and scope["batch"].count() == 50
     assert sorted(r.value for r in consume_all(cluster.bootstrap, "readme-out", 1)) == sorted(
         b"v%d" % i for i in range(50))

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from epochlog.testing.processes import process_state
+from tests.docs import doc_example
 
 WAIT_S = 180.0
 
@@ -81,12 +82,11 @@ def test_clusters_are_torn_down_after_a_failing_test(tmp_path: Path) -> None:
     assert len(pids) == 3 and all(process_state(p) in ("", "Z") for p in pids)
 
 
-def test_the_readme_example_passes_as_a_users_test(tmp_path: Path) -> None:
-    """The README's fixture example, run as written in a project folder of its own."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme[readme.index("## Testing your application"):]
-    example = re.search(r"```python\n(.*?)```", section, re.S).group(1)  # type: ignore[union-attr]
-    out = run_inner(tmp_path, "test_readme_example.py", example)
+def test_the_docs_example_passes_as_a_users_test(tmp_path: Path) -> None:
+    """The fixture example of docs/testing.md (the README shows it too), run as written in a
+    project folder of its own."""
+    example = doc_example("testing.md", "# Testing your application")
+    out = run_inner(tmp_path, "test_docs_example.py", example)
     assert out.returncode == 0 and "1 passed" in out.stdout, out.stdout[-3000:] + out.stderr
 
 

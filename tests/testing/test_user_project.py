@@ -1,8 +1,9 @@
-"""A user project outside this repository: an empty folder with one test file (the README's
-example, docs/examples/test_orders_chaos.py) and no conftest of ours, run with `python -m pytest`
-there. The `epochlog_cluster` fixture comes through the installed distribution's pytest11 entry
-point; the test kills a confluent-kafka group's coordinator mid-rebalance and cuts a leader off,
-records its clients in a History and asserts check() is clean."""
+"""A user project outside this repository: an empty folder with one test file (the example of
+docs/chaos.md, docs/examples/test_orders_chaos.py) and no conftest of ours, run with
+`python -m pytest` there. The `epochlog_cluster` fixture comes through the installed
+distribution's pytest11 entry point; the test kills a confluent-kafka group's coordinator
+mid-rebalance and cuts a leader off, records its clients in a History and asserts check() is
+clean."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.docs import doc_example
+
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "test_orders_chaos.py"
 RUN_S = 240.0
 
 
-def test_a_user_project_runs_the_readme_example_and_passes(tmp_path: Path) -> None:
+def test_a_user_project_runs_the_docs_example_and_passes(tmp_path: Path) -> None:
     project = tmp_path / "my-app"
     project.mkdir()
     shutil.copy(EXAMPLE, project / "test_orders.py")
@@ -27,9 +30,8 @@ def test_a_user_project_runs_the_readme_example_and_passes(tmp_path: Path) -> No
     assert not (project / "conftest.py").exists()
 
 
-def test_the_readme_shows_the_example_as_it_is_run() -> None:
+def test_the_docs_show_the_example_as_it_is_run() -> None:
     code = EXAMPLE.read_text()
     code = code[code.index("import threading"):]
-    readme = (EXAMPLE.parents[2] / "README.md").read_text()
-    assert f"```python\n{code}```" in readme, "README's chaos example differs from " \
-        "docs/examples/test_orders_chaos.py"
+    shown = doc_example("chaos.md", "## In a test of your own application")
+    assert shown == code, "docs/chaos.md's example differs from docs/examples/test_orders_chaos.py"
