@@ -9,6 +9,7 @@ read_committed must hold every record of A exactly once.
 - A task whose first attempt fails mid-way (Spark runs it again, local[2,3]): the new attempt
   fences the old one's transaction, which is aborted.
 - The driver SIGKILLed mid-query (with its JVM) and started again from its checkpoint.
+- The broker leading a target partition SIGKILLed mid-query.
 - docs/spark.md's example, as written.
 
 Each query runs in a process of its own (tests/pipeline/exactly_once_job.py), reaped even when a
@@ -167,6 +168,30 @@ def test_a_killed_driver_restarted_from_its_checkpoint_writes_once(
     code, out = jobs[-1].wait()
     assert code == 0 and "done" in out, out
     assert sorted(committed_values(cluster, target)) == sorted(values)
+
+
+def test_a_target_leader_killed_mid_query_writes_once(cluster: Cluster, tmp_path: Path,
+                                                      jobs: list[Job]) -> None:
+    """SIGKILL of the broker leading target partition 0 while the tasks write: their producers
+    move to the new leader within their transactions (or the task fails and is retried)."""
+    source, target = "eo-leader-a", "eo-leader-b"
+    values = fill(cluster, source, target, 500)
+    jobs.append(Job(cluster, tmp_path, source, target, "exactly-once", "slow",
+                    master="local[2,3]"))
+    deadline = time.monotonic() + RUN_S
+    while len(seen := committed_values(cluster, target)) < 100:
+        assert jobs[-1].proc.poll() is None, f"the query ended early:\n{jobs[-1].tail()}"
+        assert time.monotonic() < deadline, f"only {len(seen)} records in {RUN_S} s"
+        time.sleep(0.5)
+    victim, _ = cluster.leaders(target)[0]
+    cluster.broker(victim).stop(signal.SIGKILL)
+    try:
+        code, out = jobs[-1].wait()
+        assert code == 0 and "done" in out, out
+        assert sorted(committed_values(cluster, target)) == sorted(values)
+    finally:
+        cluster.broker(victim).start()  # for the module's other tests
+        cluster.broker(victim).wait_started()
 
 
 def test_the_docs_example_runs(spark: Any, cluster: Cluster, tmp_path: Path) -> None:
