@@ -19,6 +19,13 @@ Metadata cache rules
 Reconnects: a broker whose connection failed is not dialled again before its backoff has passed
 (`reconnect_backoff_ms`, doubling per consecutive failure up to `reconnect_backoff_max_ms`);
 `connection()` raises `NodeNotReady` meanwhile, so callers move on instead of blocking.
+
+Connection setup (KIP-601): a connection is set up (TCP connect and ApiVersions, see
+client.connection) within `socket_connection_setup_timeout_ms`, doubling per consecutive failure
+of that broker up to `socket_connection_setup_timeout_max_ms`, with 20% of jitter. At most one
+attempt per broker is under way: `connection()` joins it, and `dial()` starts it in the
+background and returns at once, so a sender can leave a broker that is slow to answer (a frozen
+leader) and carry on with the others, and with whatever metadata names in its place.
 """
 
 from __future__ import annotations
@@ -47,8 +54,16 @@ RECONNECT_BACKOFF_MS_DEFAULT = 50
 RECONNECT_BACKOFF_MAX_MS_DEFAULT = 1000
 METADATA_MAX_AGE_MS_DEFAULT = 300_000
 METADATA_AGE_JITTER = 0.2  # periodic refreshes come up to 20% early
+SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT = 10_000  # Kafka's defaults (KIP-601)
+SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT = 30_000
+SETUP_TIMEOUT_JITTER = 0.2  # KIP-601's
 
 log = logging.getLogger("epochlog.cluster")
+
+
+def _retrieve(task: asyncio.Task[Connection]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 class NodeNotReady(ConnectionError):
@@ -106,7 +121,16 @@ class ClusterClient:
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
                  metadata_max_age_ms: int = METADATA_MAX_AGE_MS_DEFAULT,
+                 socket_connection_setup_timeout_ms: int =
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT,
+                 socket_connection_setup_timeout_max_ms: int =
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT,
                  in_flight_max: int | None = None) -> None:
+        if not 0 < socket_connection_setup_timeout_ms <= socket_connection_setup_timeout_max_ms:
+            raise ValueError("socket_connection_setup_timeout_ms must be positive and at most "
+                             f"socket_connection_setup_timeout_max_ms, not "
+                             f"{socket_connection_setup_timeout_ms} and "
+                             f"{socket_connection_setup_timeout_max_ms}")
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
@@ -114,7 +138,10 @@ class ClusterClient:
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.setup_timeout_ms = socket_connection_setup_timeout_ms
+        self.setup_timeout_max_ms = socket_connection_setup_timeout_max_ms
         self.in_flight_max = in_flight_max
+        self._dials: dict[int, asyncio.Task[Connection]] = {}  # attempts under way, per node
         # node id -> (consecutive connect failures, monotonic time before which we do not dial)
         self._node_backoff: dict[int, tuple[int, float]] = {}
         self._update_requested = False
@@ -135,6 +162,10 @@ class ClusterClient:
         await self.close()
 
     async def close(self) -> None:
+        dials = list(self._dials.values())
+        for dial in dials:
+            dial.cancel()
+        await asyncio.gather(*dials, return_exceptions=True)
         conns = list(self._conns.values())
         if self._bootstrap_conn is not None:
             conns.append(self._bootstrap_conn)
@@ -142,10 +173,15 @@ class ClusterClient:
         self._bootstrap_conn = None
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
-    async def _connect(self, host: str, port: int) -> Connection:
+    async def _connect(self, host: str, port: int, failures: int = 0) -> Connection:
+        """A connection set up within the setup timeout for a broker that failed `failures`
+        times in a row: KIP-601's, doubling per failure up to the maximum, with jitter."""
         extra = {} if self.in_flight_max is None else {"in_flight_max": self.in_flight_max}
+        setup_ms = min(self.setup_timeout_ms * 2 ** min(failures, 16), self.setup_timeout_max_ms)
+        setup_ms *= 1 + random.uniform(-SETUP_TIMEOUT_JITTER, SETUP_TIMEOUT_JITTER)
         return await Connection(host, port, client_id=self.client_id,
-                                request_timeout_ms=self.request_timeout_ms, **extra).connect()
+                                request_timeout_ms=self.request_timeout_ms,
+                                connect_timeout_ms=int(setup_ms), **extra).connect()
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one if we have any, else a bootstrap server."""
@@ -180,33 +216,71 @@ class ClusterClient:
                 return conn
         return await self.any_connection()
 
+    def connected(self, node_id: int) -> bool:
+        """Whether a connection to node_id is set up and open."""
+        conn = self._conns.get(node_id)
+        return conn is not None and not conn.closed
+
     async def connection(self, node_id: int) -> Connection:
+        """The connection to node_id: the open one, else the attempt under way, else a new
+        attempt. NodeNotReady during the node's reconnect backoff; ConnectionError if the
+        attempt fails."""
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
-        failures, not_before = self._node_backoff.get(node_id, (0, 0.0))
-        if time.monotonic() < not_before:
-            raise NodeNotReady(f"broker {node_id}: reconnect backoff after {failures} failed "
-                               "attempt(s)")
-        address = self.brokers.get(node_id)
-        if address is None:
-            await self.refresh()
+        dial = self._dials.get(node_id)
+        if dial is None:
+            failures, not_before = self._node_backoff.get(node_id, (0, 0.0))
+            if time.monotonic() < not_before:
+                raise NodeNotReady(f"broker {node_id}: reconnect backoff after {failures} "
+                                   "failed attempt(s)")
+            if node_id not in self.brokers:
+                await self.refresh()
+            # the refresh let others run: one of them may have dialled meanwhile
+            dial = self._dials.get(node_id) or self._start_dial(node_id)
+        # shield: a caller that gives up does not end the attempt others may be waiting on
+        return await asyncio.shield(dial)
+
+    def dial(self, node_id: int) -> asyncio.Task[Connection] | None:
+        """Start setting up a connection to node_id in the background, or join the attempt
+        under way; None if it is connected already, or in its reconnect backoff (see
+        reconnect_in()). The attempt's outcome is the connection() a later call returns."""
+        if self.connected(node_id):
+            return None
+        dial = self._dials.get(node_id)
+        if dial is None and self.reconnect_in(node_id) <= 0:
+            dial = self._start_dial(node_id)
+        return dial
+
+    def reconnect_in(self, node_id: int) -> float:
+        """Seconds until node_id may be dialled again (0: now)."""
+        return max(0.0, self._node_backoff.get(node_id, (0, 0.0))[1] - time.monotonic())
+
+    def _start_dial(self, node_id: int) -> asyncio.Task[Connection]:
+        dial = asyncio.get_running_loop().create_task(self._dial(node_id),
+                                                      name=f"epochlog-dial-{node_id}")
+        self._dials[node_id] = dial
+        dial.add_done_callback(_retrieve)  # a failure is node_failed()'s; awaiting is optional
+        return dial
+
+    async def _dial(self, node_id: int) -> Connection:
+        try:
             address = self.brokers.get(node_id)
             if address is None:
                 raise ConnectionError(f"broker {node_id} is not in the cluster's metadata")
-        try:
-            conn = await self._connect(address.host, address.port)
-        except (TimeoutError, OSError) as exc:
-            self.node_failed(node_id)
-            raise ConnectionError(f"broker {node_id} at {address.host}:{address.port}: "
-                                  f"{exc or type(exc).__name__}") from exc
-        self._node_backoff.pop(node_id, None)
-        other = self._conns.get(node_id)
-        if other is not None and not other.closed:  # a concurrent call dialled too: keep one
-            await conn.close()
-            return other
-        self._conns[node_id] = conn
-        return conn
+            failures = self._node_backoff.get(node_id, (0, 0.0))[0]
+            try:
+                conn = await self._connect(address.host, address.port, failures)
+            except (TimeoutError, OSError) as exc:
+                self.node_failed(node_id)
+                raise ConnectionError(f"broker {node_id} at {address.host}:{address.port}: "
+                                      f"{exc or type(exc).__name__}") from exc
+            self._node_backoff.pop(node_id, None)
+            self._conns[node_id] = conn
+            return conn
+        finally:
+            if self._dials.get(node_id) is asyncio.current_task():
+                del self._dials[node_id]
 
     def node_failed(self, node_id: int) -> None:
         """A connection to node_id failed: back off before dialling again, and ask for metadata
@@ -222,10 +296,7 @@ class ClusterClient:
 
     def node_ready(self, node_id: int) -> bool:
         """Whether a request to node_id may be tried now (connected, or past its backoff)."""
-        conn = self._conns.get(node_id)
-        if conn is not None and not conn.closed:
-            return True
-        return time.monotonic() >= self._node_backoff.get(node_id, (0, 0.0))[1]
+        return self.connected(node_id) or self.reconnect_in(node_id) <= 0
 
     # ---------------------------------------------------------------- metadata freshness
     def request_update(self) -> None:
