@@ -460,12 +460,20 @@ class Accumulator:
         return out
 
     def next_wakeup(self, now_s: float, delivery_timeout_s: float) -> float | None:
-        """Seconds until drain or expiry may have something new to do by time alone."""
+        """Seconds until drain or expiry may have something new to do by time alone.
+
+        A ready head past its retry backoff that the last drain left where it was waits for an
+        event, not for time: an answer (in flight before it), a connection set up, a metadata
+        refresh, a partition added to the transaction; whoever makes that event wakes the
+        sender. Only its delivery timeout counts here, so the sender does not spin for as long
+        as a leader takes to answer (its connection setup may take seconds)."""
         soonest: float | None = None
         for pq in self._active:
             if pq.ready:
                 head = pq.ready[0]
-                at = min(head.retry_at, head.created + delivery_timeout_s)
+                at = head.created + delivery_timeout_s
+                if head.retry_at > now_s:
+                    at = min(at, head.retry_at)
             elif pq.open is not None:
                 at = pq.open.created + (0.0 if self.flushing else self.linger_s)
             else:

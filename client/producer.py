@@ -44,7 +44,16 @@ field 359); a broker without the field ignores it. Answers:
   sequence under a bumped producer epoch and the batch is retried;
 - anything else fails the batch's records with the error's exception.
 Every retry stays within delivery_timeout_ms of the batch's creation; past it the records fail
-with KafkaTimeoutError. Memory: at most buffer_memory bytes of batches exist at once; send and
+with KafkaTimeoutError.
+
+A leader that does not answer (frozen, wedged, cut off): batches are handed to a request only
+for a broker whose connection is set up. A connection is set up in the background within
+socket_connection_setup_timeout_ms (KIP-601, TCP and ApiVersions: client.connection), and while
+that goes on metadata is asked for each second, so batches not yet in flight go to the new
+leader as soon as metadata names it (the failover), not after the setup timeout. Batches already
+in flight to a leader that froze wait for their answer or request_timeout_ms, as in Java's
+producer: the broker may have written them, and only their answer (or a retry the broker can
+recognise) settles that. Memory: at most buffer_memory bytes of batches exist at once; send and
 send_and_wait wait for room (at most max_block_ms), send_nowait refuses.
 """
 
@@ -101,6 +110,10 @@ _CODECS = {None: Compression.NONE, "none": Compression.NONE, "gzip": Compression
            "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 IN_FLIGHT_IDEMPOTENT_MAX = 5  # the broker remembers the last 5 batches per producer
 METADATA_WAIT_STEP_S = 0.05
+# While a leader's connection is being set up, metadata is asked for this often: the failover
+# that replaces a frozen leader shows there (KIP-580's retry.backoff.max.ms default, 1 s, is the
+# pace Kafka's clients ask at when an answer keeps them waiting).
+DIAL_METADATA_INTERVAL_S = 1.0
 SPLIT_LOG_TOPICS_MAX = 100  # topics whose first batch split gets an INFO line
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -180,6 +193,8 @@ class Producer:
                  max_block_ms: int = 60_000,
                  max_request_size: int = 1024 * 1024,
                  metadata_max_age_ms: int = 300_000,
+                 socket_connection_setup_timeout_ms: int = 10_000,
+                 socket_connection_setup_timeout_max_ms: int = 30_000,
                  partitioner: str | Partitioner = "murmur2_sticky",
                  key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None,
@@ -232,7 +247,11 @@ class Producer:
         self.cluster = ClusterClient(bootstrap_servers, client_id=client_id,
                                      request_timeout_ms=request_timeout_ms,
                                      retry_backoff_ms=retry_backoff_ms,
-                                     metadata_max_age_ms=metadata_max_age_ms)
+                                     metadata_max_age_ms=metadata_max_age_ms,
+                                     socket_connection_setup_timeout_ms=(
+                                         socket_connection_setup_timeout_ms),
+                                     socket_connection_setup_timeout_max_ms=(
+                                         socket_connection_setup_timeout_max_ms))
         self._in_flight_max = max_in_flight_requests_per_connection
         self._retries = retries
         self._retry_backoff_s = retry_backoff_ms / 1000
@@ -262,6 +281,10 @@ class Producer:
         self._topics: dict[str, _Topic] = {}
         self._round_robin = itertools.count()
         self._node_in_flight: dict[int, int] = {}
+        # Leaders being dialled -> when metadata was last asked for on their account (see
+        # _node_has_room); and how long the sender may sleep for their sake.
+        self._dialling: dict[int, float] = {}
+        self._node_wait_s = float("inf")
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._wakeup: asyncio.Future[None] | None = None
@@ -683,8 +706,38 @@ class Producer:
             wakeup.set_result(None)
 
     def _node_has_room(self, node: int) -> bool:
-        return (self._node_in_flight.get(node, 0) < self._in_flight_max
-                and self.cluster.node_ready(node))
+        """Whether a request may go to node now: it has room for one more, and a connection set
+        up. A node without one is dialled in the background (its end wakes the sender): until
+        then its partitions' batches stay unsent, free to follow metadata that names another
+        leader. Meanwhile metadata is asked for every DIAL_METADATA_INTERVAL_S: a frozen leader
+        takes the whole setup timeout to fail, and its failover may be over well before."""
+        if self._node_in_flight.get(node, 0) >= self._in_flight_max:
+            return False
+        cluster = self.cluster
+        if cluster.connected(node):
+            return True
+        loop = self._loop
+        assert loop is not None
+        now_s = loop.time()
+        dial = cluster.dial(node)
+        if dial is None:  # in its reconnect backoff
+            self._node_wait_s = min(self._node_wait_s, cluster.reconnect_in(node))
+            return False
+        asked_s = self._dialling.get(node)
+        if asked_s is None:
+            asked_s = self._dialling[node] = now_s
+            dial.add_done_callback(lambda _: self._dialled(node))
+        elif now_s - asked_s >= DIAL_METADATA_INTERVAL_S:
+            log.debug("broker %d: connection setup under way for %.1fs; asking for metadata",
+                      node, now_s - asked_s)
+            cluster.request_update()
+            asked_s = self._dialling[node] = now_s
+        self._node_wait_s = min(self._node_wait_s, asked_s + DIAL_METADATA_INTERVAL_S - now_s)
+        return False
+
+    def _dialled(self, node: int) -> None:
+        self._dialling.pop(node, None)
+        self._wake()
 
     async def _run(self) -> None:
         """The sender task. A bug in it must not leave callers waiting for ever: it fails every
@@ -720,6 +773,7 @@ class Producer:
                     f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
                     f"delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f} ms)"
                     + (f"; last error: {batch.last_error}" if batch.last_error else "")))
+            self._node_wait_s = float("inf")
             while True:
                 by_node, leaderless = acc.drain(loop.time(), self._leader_of, self._node_has_room)
                 if leaderless:
@@ -735,6 +789,9 @@ class Producer:
             if self._topics and self._metadata_task is None and self.cluster.update_due_in() <= 0:
                 self._metadata_task = loop.create_task(self._metadata_loop_once())
             timeout = acc.next_wakeup(loop.time(), self._delivery_timeout_s)
+            if self._node_wait_s < float("inf"):
+                timeout = self._node_wait_s if timeout is None else min(timeout,
+                                                                        self._node_wait_s)
             if self._topics and self._metadata_task is None:
                 due = self.cluster.update_due_in()
                 timeout = due if timeout is None else min(timeout, due)
