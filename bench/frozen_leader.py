@@ -1,0 +1,157 @@
+"""Produce through a frozen leader: `epochlog produce` beside kcat, at the same moment, in one run.
+
+    python bench/frozen_leader.py [--rounds 3] [--records 20] [--baseline-python PATH]
+                                  [--dir PATH]
+
+A controller and three brokers as real children on 127.0.0.1 (epochlog.testing's Cluster,
+default settings, so the failover takes what a user's cluster takes: the broker session). Each
+round makes a topic of one partition, replication factor 3, pauses its leader (SIGSTOP), and at
+once starts both producers on it, each with --records lines on stdin and acks=all, every other
+setting at its default, bootstrapped from the two live brokers (as a user whose bootstrap server
+is up):
+
+    seq 1 N | epochlog produce TOPIC --acks all --bootstrap-server LIVE
+    seq 1 N | kcat -P -b LIVE -t TOPIC -X acks=all
+
+--baseline-python adds a third producer at the same moment: `epochlog produce` of another build
+(the python of a venv with another checkout installed, e.g. main's), with that build's defaults.
+
+Printed per round: when the controller named a new leader (the failover), and each tool's time
+to exit after the pause with its exit code and the records the partition holds from it. The
+leader is resumed and the partition fully replicated again before the next round. The goal
+(issue 29) is that ours costs no more than the failover plus a few seconds; figures vary from run
+to run on a shared 2-core machine, so compare ours with kcat's of the same round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from epochlog.testing.cluster import Cluster  # noqa: E402
+
+TOOL_S_MAX = 200.0  # past both tools' delivery timeouts (ours 120 s): a hang is reported
+FAILOVER_POLL_S = 0.05
+FAILOVER_S_MAX = 60.0
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--records", type=int, default=20)
+    parser.add_argument("--baseline-python", help="also run `epochlog produce` of the build "
+                        "this interpreter has installed")
+    parser.add_argument("--dir", type=Path, help="the cluster's data (default: a temp folder)")
+    return parser.parse_args()
+
+
+class Run:
+    """One tool's run: its command, started by start(), timed from `origin`."""
+
+    def __init__(self, name: str, command: list[str], lines: bytes, cwd: Path) -> None:
+        self.name = name
+        self.cwd = cwd
+        self.command = command
+        self.lines = lines
+        self.took_s = float("nan")
+        self.code: int | None = None
+        self.err = ""
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.origin = 0.0
+
+    def start(self, origin: float) -> None:
+        self.origin = origin
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            done = subprocess.run(self.command, input=self.lines, capture_output=True,
+                                  cwd=self.cwd, timeout=TOOL_S_MAX)
+            self.code, self.err = done.returncode, done.stderr.decode(errors="replace")
+        except subprocess.TimeoutExpired:
+            self.code, self.err = None, f"still running after {TOOL_S_MAX:.0f}s: killed"
+        self.took_s = time.monotonic() - self.origin
+
+
+def failover_s(c: Cluster, topic: str, frozen: int, origin: float) -> float:
+    """Seconds from origin until the controller names a leader other than `frozen`."""
+    deadline = origin + FAILOVER_S_MAX
+    while time.monotonic() < deadline:
+        p = c.partitions(topic).get(0)
+        if p is not None and p.leader_id not in (-1, frozen):
+            return time.monotonic() - origin
+        time.sleep(FAILOVER_POLL_S)
+    return float("nan")
+
+
+def held(c: Cluster, topic: str, live: str, values: set[bytes]) -> int:
+    """How many of `values` the partition holds (read from its start with kcat)."""
+    out = subprocess.run(["kcat", "-C", "-b", live, "-t", topic, "-p", "0", "-o", "beginning",
+                          "-e", "-q", "-X", "fetch.wait.max.ms=100"], capture_output=True,
+                         timeout=60).stdout
+    return sum(1 for line in out.splitlines() if line in values)
+
+
+def one_round(c: Cluster, index: int, records: int, baseline: str | None) -> dict[str, float]:
+    topic = f"frozen-{index}"
+    c.create_topic(topic, partitions=1, replication_factor=3)
+    c.wait_fully_replicated(topic)
+    frozen = c.leader_of(topic, 0)
+    live = ",".join(c.brokers[b].address for b in c.broker_ids if b != frozen)
+    pythons = {"ours": sys.executable, **({"base": baseline} if baseline else {})}
+    values = {name: [b"%s-%d" % (name.encode(), i) for i in range(1, records + 1)]
+              for name in (*pythons, "kcat")}
+    # Not from the checkout's folder: a baseline build must import its own package, not ours.
+    cwd = c.base_dir
+    runs = [Run(name, [python, "-m", "epochlog", "produce", topic, "--acks", "all",
+                       "--bootstrap-server", live], b"\n".join(values[name]) + b"\n", cwd)
+            for name, python in pythons.items()]
+    runs.append(Run("kcat", ["kcat", "-P", "-b", live, "-t", topic, "-X", "acks=all"],
+                    b"\n".join(values["kcat"]) + b"\n", cwd))
+    c.pause(frozen)
+    origin = time.monotonic()
+    try:
+        for run in runs:
+            run.start(origin)
+        elected_s = failover_s(c, topic, frozen, origin)
+        for run in runs:
+            run.thread.join()
+    finally:
+        c.resume(frozen)
+    counts = {name: held(c, topic, live, set(v)) for name, v in values.items()}
+    print(f"round {index}: broker {frozen} paused; new leader after {elected_s:.1f}s")
+    for run in runs:
+        outcome = "ok" if run.code == 0 else f"exit {run.code}: {run.err.strip()[-200:]}"
+        print(f"  {run.name:5} {run.took_s:6.1f}s  {counts[run.name]:3d}/{records} records "
+              f"held  {outcome}")
+    c.wait_fully_replicated(topic)
+    return {"failover": elected_s, **{run.name: run.took_s for run in runs}}
+
+
+def main() -> None:
+    args = parse_args()
+    if shutil.which("kcat") is None:
+        sys.exit("kcat is not installed (apt-get install kcat)")
+    base = args.dir or Path(tempfile.mkdtemp(prefix="epochlog-bench-frozen-"))
+    print(f"{args.records} records, acks=all, default settings; times from the pause")
+    results = []
+    with Cluster(brokers=3, base_dir=base, settings={"min.insync.replicas": 2}) as c:
+        for index in range(1, args.rounds + 1):
+            results.append(one_round(c, index, args.records, args.baseline_python))
+    for key in results[0]:
+        figures = [r[key] for r in results]
+        print(f"{key:8} median {statistics.median(figures):5.1f}s  "
+              f"min {min(figures):5.1f}s  max {max(figures):5.1f}s")
+
+
+if __name__ == "__main__":
+    main()
