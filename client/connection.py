@@ -212,6 +212,9 @@ class Connection:
             if self._transport is not None:
                 self._transport.abort()  # nothing of ours is worth sending to it
             raise ConnectionSetupTimedOut(f"{self}: {reason}") from exc
+        except asyncio.CancelledError:  # the caller gave up (a client closing): no socket left
+            self._fail("cancelled during setup")
+            raise
         return self
 
     async def _set_up(self, negotiate: bool) -> None:
