@@ -266,7 +266,8 @@ class ClusterClient:
     async def _dial(self, node_id: int) -> Connection:
         try:
             address = self.brokers.get(node_id)
-            if address is None:
+            if address is None:  # backed off too: a background dialler must not spin on it
+                self.node_failed(node_id)
                 raise ConnectionError(f"broker {node_id} is not in the cluster's metadata")
             failures = self._node_backoff.get(node_id, (0, 0.0))[0]
             try:
