@@ -109,7 +109,7 @@ class Batch:
     __slots__ = ("tp", "builder", "serial", "created", "future", "reserved", "data",
                  "record_count", "attempts", "retry_at", "base_sequence", "leader_epoch",
                  "base_offset", "log_append_time", "last_error", "parent", "children",
-                 "children_left")
+                 "children_left", "node")
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, serial: tuple[int, ...],
                  created: float, future: asyncio.Future[None], reserved: int) -> None:
@@ -125,6 +125,7 @@ class Batch:
         self.retry_at = 0.0
         self.base_sequence = -1
         self.leader_epoch = -1
+        self.node = -1  # the broker it was last sent to
         self.base_offset = -1
         self.log_append_time = -1
         self.last_error: str = ""
@@ -317,6 +318,7 @@ class Accumulator:
             pq.ready.popleft()
             pq.in_flight.append(head)
             head.leader_epoch = leader_epoch
+            head.node = node
             out.setdefault(node, []).append(head)
             out_bytes[node] = taken + len(head.data)
             drained.append(pq)

@@ -218,8 +218,12 @@ class ClusterClient:
 
     def connected(self, node_id: int) -> bool:
         """Whether a connection to node_id is set up and open."""
+        return self.open_connection(node_id) is not None
+
+    def open_connection(self, node_id: int) -> Connection | None:
+        """The connection to node_id if one is set up and open; never dials."""
         conn = self._conns.get(node_id)
-        return conn is not None and not conn.closed
+        return conn if conn is not None and not conn.closed else None
 
     async def connection(self, node_id: int) -> Connection:
         """The connection to node_id: the open one, else the attempt under way, else a new

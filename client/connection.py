@@ -46,6 +46,7 @@ import itertools
 import logging
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +99,7 @@ class _Pending:
     api: Api
     version: int
     future: asyncio.Future[Any]
+    sent_s: float  # time.monotonic() when it was queued to be sent
     timer: asyncio.TimerHandle | None = None
 
 
@@ -178,6 +180,7 @@ class Connection:
         self._transport: asyncio.Transport | None = None
         self._stream: _Stream | None = None
         self._closed_reason: str | None = None
+        self._answered_s = 0.0  # time.monotonic() of the latest answer
 
     def __repr__(self) -> str:
         return f"Connection({self.host}:{self.port})"
@@ -190,6 +193,21 @@ class Connection:
     def in_flight(self) -> int:
         """Requests sent and not yet answered."""
         return len(self._pending)
+
+    def silent_s(self) -> float:
+        """Seconds the oldest waiting request has waited with no answer to any request since
+        (0 when none waits): how long the server has shown no sign of life to us."""
+        if not self._pending:
+            return 0.0
+        return max(0.0, time.monotonic() - max(self._pending[0].sent_s, self._answered_s))
+
+    def abort(self, reason: str) -> None:
+        """Give up on the connection now: each waiting request fails with ConnectionClosed, as
+        after a request timeout, and the socket is dropped without flushing."""
+        transport = self._transport
+        self._fail(reason)
+        if transport is not None:
+            transport.abort()
 
     async def connect(self, negotiate: bool = True) -> Connection:
         """Open the socket and, unless told not to, learn the server's API versions; both
@@ -271,7 +289,8 @@ class Connection:
             pending = None
             loop = asyncio.get_running_loop()
             if expect_response:
-                pending = _Pending(correlation_id, api, version, loop.create_future())
+                pending = _Pending(correlation_id, api, version, loop.create_future(),
+                                   time.monotonic())
                 # A caller cancelled while waiting leaves the future to be failed at close with
                 # nobody to read the error: mark it read so asyncio does not log it.
                 pending.future.add_done_callback(_retrieve)
@@ -317,6 +336,7 @@ class Connection:
             raise DecodeError(f"answer for correlation id {correlation_id} where "
                               f"{pending.correlation_id} was next", "ResponseHeader")
         self._pending.popleft()
+        self._answered_s = time.monotonic()
         try:
             answer = self._decode_answer(api, version, buf, pos)
         except DecodeError as exc:
