@@ -46,14 +46,15 @@ field 359); a broker without the field ignores it. Answers:
 Every retry stays within delivery_timeout_ms of the batch's creation; past it the records fail
 with KafkaTimeoutError.
 
-A leader that does not answer (frozen, wedged, cut off): batches are handed to a request only
-for a broker whose connection is set up. A connection is set up in the background within
-socket_connection_setup_timeout_ms (KIP-601, TCP and ApiVersions: client.connection), and while
-that goes on metadata is asked for each second, so batches not yet in flight go to the new
-leader as soon as metadata names it (the failover), not after the setup timeout. Batches already
-in flight to a leader that froze wait for their answer or request_timeout_ms, as in Java's
-producer: the broker may have written them, and only their answer (or a retry the broker can
-recognise) settles that. Memory: at most buffer_memory bytes of batches exist at once; send and
+A leader that does not answer (frozen, wedged, cut off) costs the failover, not a timeout:
+- batches are handed to a request only for a broker whose connection is set up. A connection is
+  set up in the background within socket_connection_setup_timeout_ms (KIP-601, TCP and
+  ApiVersions: client.connection), and while that goes on metadata is asked for each second, so
+  batches not yet sent go to the new leader as soon as metadata names it;
+- requests sent to a broker that then answers nothing for a second: metadata is asked for each
+  second, and once it names a new leader (newer epoch) for a partition among them, the
+  connection is given up and its batches retried there, as a request timeout would, only
+  sooner. Java's producer waits out request_timeout_ms (30 s) there, librdkafka longer. Memory: at most buffer_memory bytes of batches exist at once; send and
 send_and_wait wait for room (at most max_block_ms), send_nowait refuses.
 """
 
@@ -110,10 +111,11 @@ _CODECS = {None: Compression.NONE, "none": Compression.NONE, "gzip": Compression
            "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 IN_FLIGHT_IDEMPOTENT_MAX = 5  # the broker remembers the last 5 batches per producer
 METADATA_WAIT_STEP_S = 0.05
-# While a leader's connection is being set up, metadata is asked for this often: the failover
-# that replaces a frozen leader shows there (KIP-580's retry.backoff.max.ms default, 1 s, is the
-# pace Kafka's clients ask at when an answer keeps them waiting).
-DIAL_METADATA_INTERVAL_S = 1.0
+# A leader that keeps us waiting this long (its connection setup, or a request with nothing
+# answered since) gets metadata asked for as often, for as long: the failover that replaces a
+# frozen leader shows there (KIP-580's retry.backoff.max.ms default, 1 s, is the pace Kafka's
+# clients ask at when an answer keeps them waiting).
+LEADER_SILENT_S = 1.0
 SPLIT_LOG_TOPICS_MAX = 100  # topics whose first batch split gets an INFO line
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -284,6 +286,7 @@ class Producer:
         # Leaders being dialled -> when metadata was last asked for on their account (see
         # _node_has_room); and how long the sender may sleep for their sake.
         self._dialling: dict[int, float] = {}
+        self._silent: dict[int, float] = {}  # the same, for leaders connected but silent
         self._node_wait_s = float("inf")
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
@@ -709,7 +712,7 @@ class Producer:
         """Whether a request may go to node now: it has room for one more, and a connection set
         up. A node without one is dialled in the background (its end wakes the sender): until
         then its partitions' batches stay unsent, free to follow metadata that names another
-        leader. Meanwhile metadata is asked for every DIAL_METADATA_INTERVAL_S: a frozen leader
+        leader. Meanwhile metadata is asked for every LEADER_SILENT_S: a frozen leader
         takes the whole setup timeout to fail, and its failover may be over well before."""
         if self._node_in_flight.get(node, 0) >= self._in_flight_max:
             return False
@@ -727,17 +730,60 @@ class Producer:
         if asked_s is None:
             asked_s = self._dialling[node] = now_s
             dial.add_done_callback(lambda _: self._dialled(node))
-        elif now_s - asked_s >= DIAL_METADATA_INTERVAL_S:
+        elif now_s - asked_s >= LEADER_SILENT_S:
             log.debug("broker %d: connection setup under way for %.1fs; asking for metadata",
                       node, now_s - asked_s)
             cluster.request_update()
             asked_s = self._dialling[node] = now_s
-        self._node_wait_s = min(self._node_wait_s, asked_s + DIAL_METADATA_INTERVAL_S - now_s)
+        self._node_wait_s = min(self._node_wait_s, asked_s + LEADER_SILENT_S - now_s)
         return False
 
     def _dialled(self, node: int) -> None:
         self._dialling.pop(node, None)
         self._wake()
+
+    def _watch_silent_leaders(self, now_s: float) -> None:
+        """A broker with requests waiting that has answered nothing for LEADER_SILENT_S (frozen,
+        cut off): metadata is asked for each LEADER_SILENT_S; once it names another leader, at a
+        newer epoch, for a partition with batches waiting on that broker, its connection is
+        given up: the requests fail as after request_timeout_ms, only sooner, and their
+        batches are retried at the new leader. That is safe exactly as a retry after a timeout
+        is: the broker may have written them, and an idempotent producer's sequence numbers
+        let the new leader recognise those it holds (DUPLICATE_SEQUENCE_NUMBER); a frozen
+        leader cannot have acknowledged acks=all writes its followers lack."""
+        for node, count in self._node_in_flight.items():
+            conn = self.cluster.open_connection(node) if count else None
+            silent_s = 0.0 if conn is None else conn.silent_s()
+            if conn is None or silent_s < LEADER_SILENT_S:
+                self._silent.pop(node, None)
+                if conn is not None:
+                    self._node_wait_s = min(self._node_wait_s, LEADER_SILENT_S - silent_s)
+                continue
+            moved = self._moved_from(node)
+            if moved is not None:
+                log.info("broker %d answered nothing for %.1fs and no longer leads %s; "
+                         "retrying its requests at the new leader", node, silent_s, moved)
+                conn.abort(f"answered nothing for {silent_s:.1f}s and no longer leads {moved}")
+                continue
+            asked_s = self._silent.get(node)
+            if asked_s is None or now_s - asked_s >= LEADER_SILENT_S:
+                self.cluster.request_update()
+                asked_s = self._silent[node] = now_s
+            self._node_wait_s = min(self._node_wait_s, asked_s + LEADER_SILENT_S - now_s)
+
+    def _moved_from(self, node: int) -> str | None:
+        """A partition with batches in flight to node that metadata says another broker leads
+        now, at a newer leader epoch than they were sent with; None if there is none."""
+        acc = self._acc
+        assert acc is not None
+        for pq in acc.queues.values():
+            for b in pq.in_flight:
+                view = self.cluster.partitions.get(b.tp)
+                if (b.node == node and view is not None and view.leader not in (-1, node)
+                        and view.leader_epoch > b.leader_epoch):
+                    return f"{b.tp.topic}-{b.tp.partition} (broker {view.leader} does, epoch " \
+                           f"{view.leader_epoch})"
+        return None
 
     async def _run(self) -> None:
         """The sender task. A bug in it must not leave callers waiting for ever: it fails every
@@ -785,6 +831,7 @@ class Producer:
                     task.add_done_callback(self._requests.discard)
                 if not by_node:
                     break
+            self._watch_silent_leaders(loop.time())
             # Metadata: when asked for (errors) after the backoff, and every metadata_max_age_ms.
             if self._topics and self._metadata_task is None and self.cluster.update_due_in() <= 0:
                 self._metadata_task = loop.create_task(self._metadata_loop_once())
