@@ -14,8 +14,9 @@ is up):
     seq 1 N | kcat -P -b LIVE -t TOPIC -X acks=all
 
 --connected starts the producers before the pause instead, each delivering one record through
-the leader first, so what they send after the pause meets a connection that was working: a
-request sent on it waits for its answer, or for the request timeout (30 s in both clients).
+the leader first, so what they send after the pause goes out on a connection that was working
+and gets no answer: the request timeout (30 s) is the bound, unless the client gives the silent
+connection up once metadata names the new leader (ours does).
 kcat cannot take part (its stdin reader waits for a full buffer or the end of input), so
 librdkafka takes part through confluent-kafka, reading stdin line by line (`rdkafka`).
 
