@@ -54,8 +54,10 @@ A leader that does not answer (frozen, wedged, cut off) costs the failover, not 
 - requests sent to a broker that then answers nothing for a second: metadata is asked for each
   second, and once it names a new leader (newer epoch) for a partition among them, the
   connection is given up and its batches retried there, as a request timeout would, only
-  sooner. Java's producer waits out request_timeout_ms (30 s) there, librdkafka longer. Memory: at most buffer_memory bytes of batches exist at once; send and
-send_and_wait wait for room (at most max_block_ms), send_nowait refuses.
+  sooner. Java's producer waits out request_timeout_ms (30 s) there, librdkafka longer.
+
+Memory: at most buffer_memory bytes of batches exist at once; send and send_and_wait wait for room
+(at most max_block_ms), send_nowait refuses.
 """
 
 from __future__ import annotations
@@ -712,8 +714,8 @@ class Producer:
         """Whether a request may go to node now: it has room for one more, and a connection set
         up. A node without one is dialled in the background (its end wakes the sender): until
         then its partitions' batches stay unsent, free to follow metadata that names another
-        leader. Meanwhile metadata is asked for every LEADER_SILENT_S: a frozen leader
-        takes the whole setup timeout to fail, and its failover may be over well before."""
+        leader. Meanwhile metadata is asked for every LEADER_SILENT_S: a frozen leader takes
+        the whole setup timeout to fail, and its failover may be over well before."""
         if self._node_in_flight.get(node, 0) >= self._in_flight_max:
             return False
         cluster = self.cluster
