@@ -57,6 +57,7 @@ METADATA_AGE_JITTER = 0.2  # periodic refreshes come up to 20% early
 SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT = 10_000  # Kafka's defaults (KIP-601)
 SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT = 30_000
 SETUP_TIMEOUT_JITTER = 0.2  # KIP-601's
+BOOTSTRAP_STAGGER_S = 1.0  # the next bootstrap server is dialled after this without an answer
 
 log = logging.getLogger("epochlog.cluster")
 
@@ -64,6 +65,16 @@ log = logging.getLogger("epochlog.cluster")
 def _retrieve(task: asyncio.Task[Connection]) -> None:
     if not task.cancelled():
         task.exception()
+
+
+async def _drop_others(attempts: dict[asyncio.Task[Connection], str],
+                       kept: Connection | None) -> None:
+    """Cancel the attempts under way, and close every connection they set up but `kept`."""
+    for task in attempts:
+        task.cancel()
+    await asyncio.gather(*attempts, return_exceptions=True)
+    others = [t.result() for t in attempts if not t.cancelled() and not t.exception()]
+    await asyncio.gather(*(c.close() for c in others if c is not kept), return_exceptions=True)
 
 
 class NodeNotReady(ConnectionError):
@@ -190,17 +201,41 @@ class ClusterClient:
                 return conn
         if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
             return self._bootstrap_conn
-        errors = []
         candidates = list(self.bootstrap)  # then brokers learnt since, if bootstrap ones died
         candidates += [(b.host, b.port) for b in self.brokers.values()
                        if (b.host, b.port) not in candidates]
-        for host, port in candidates:
-            try:
-                self._bootstrap_conn = await self._connect(host, port)
-                return self._bootstrap_conn
-            except (TimeoutError, OSError) as exc:
-                errors.append(f"{host}:{port}: {exc}")
-        raise ConnectionError("no broker answered: " + "; ".join(errors))
+        self._bootstrap_conn = await self._first_set_up(candidates)
+        return self._bootstrap_conn
+
+    async def _first_set_up(self, candidates: list[tuple[str, int]]) -> Connection:
+        """The first connection set up among candidates, dialled in order, the next one started
+        as soon as the previous failed or after BOOTSTRAP_STAGGER_S without an answer (RFC
+        8305's "happy eyeballs", for brokers): a frozen broker first in the list costs a second,
+        not its setup timeout. Attempts still under way when one wins are cancelled."""
+        attempts: dict[asyncio.Task[Connection], str] = {}
+        waiting = iter(candidates)
+        loop = asyncio.get_running_loop()
+        winner: Connection | None = None
+        try:
+            while winner is None:
+                nxt = next(waiting, None)
+                if nxt is not None:
+                    attempts[loop.create_task(self._connect(*nxt))] = f"{nxt[0]}:{nxt[1]}"
+                under_way = [t for t in attempts if not t.done()]
+                if not under_way:
+                    errors = [f"{address}: {t.exception()}" for t, address in attempts.items()]
+                    raise ConnectionError("no broker answered: " + "; ".join(errors))
+                await asyncio.wait(under_way, return_when=asyncio.FIRST_COMPLETED,
+                                   timeout=BOOTSTRAP_STAGGER_S if nxt is not None else None)
+                for task in (t for t in attempts if t.done()):
+                    exc = task.exception()
+                    if exc is None:
+                        winner = winner or task.result()
+                    elif not isinstance(exc, (TimeoutError, OSError)):
+                        raise exc  # not about reaching the broker (NoCommonVersion...)
+            return winner
+        finally:
+            await _drop_others(attempts, winner)
 
     async def idle_connection(self) -> Connection:
         """A connection with nothing in flight if one is open, else any_connection()'s. For

@@ -4,7 +4,8 @@ The "broker" is a listening socket nobody accepts from: the kernel completes the
 as a SIGSTOPped broker's does, and no ApiVersions answer ever comes. What is checked: dial()
 returns at once and every caller shares one attempt; a failed attempt backs off the reconnect;
 the next attempt's setup timeout is doubled (KIP-601's exponential setup timeout, with 20% jitter:
-only a lower bound on elapsed time is asserted, which a busy machine cannot break).
+only a lower bound on elapsed time is asserted, which a busy machine cannot break); and a frozen
+server first in the bootstrap list does not hold up the next one for its setup timeout.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from epochlog.client.cluster import BrokerAddress, ClusterClient
+from tests.client.test_connection import Server
 
 SETUP_MS = 300
 JITTER = 0.2
@@ -61,3 +63,25 @@ async def test_setup_timeout_above_its_maximum_is_refused() -> None:
     with pytest.raises(ValueError, match="socket_connection_setup_timeout_ms"):
         ClusterClient("127.0.0.1:9092", socket_connection_setup_timeout_ms=40_000,
                       socket_connection_setup_timeout_max_ms=30_000)
+
+
+async def test_a_frozen_bootstrap_server_first_costs_the_stagger_not_the_setup_timeout(
+        frozen_port: int) -> None:
+    async with Server() as live, ClusterClient(
+            f"127.0.0.1:{frozen_port},127.0.0.1:{live.port}",
+            socket_connection_setup_timeout_ms=60_000,
+            socket_connection_setup_timeout_max_ms=60_000) as cluster:
+        async with asyncio.timeout(30):  # half the setup timeout: the frozen one was not waited
+            conn = await cluster.any_connection()
+        assert conn.port == live.port
+        assert not conn.closed
+
+
+async def test_every_bootstrap_server_silent_is_one_error_naming_each(frozen_port: int) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as other:
+        other_port = other.getsockname()[1]
+        async with ClusterClient(f"127.0.0.1:{frozen_port},127.0.0.1:{other_port}",
+                                 socket_connection_setup_timeout_ms=SETUP_MS) as cluster:
+            with pytest.raises(ConnectionError, match="no broker answered") as caught:
+                await cluster.any_connection()
+    assert f":{frozen_port}: " in str(caught.value) and f":{other_port}: " in str(caught.value)
