@@ -1,7 +1,7 @@
 """Produce through a frozen leader: `epochlog produce` beside kcat, at the same moment, in one run.
 
     python bench/frozen_leader.py [--rounds 3] [--records 20] [--baseline-python PATH]
-                                  [--connected] [--dir PATH]
+                                  [--connected] [--paused-first] [--dir PATH]
 
 A controller and three brokers as real children on 127.0.0.1 (epochlog.testing's Cluster,
 default settings, so the failover takes what a user's cluster takes: the broker session). Each
@@ -19,6 +19,9 @@ and gets no answer: the request timeout (30 s) is the bound, unless the client g
 connection up once metadata names the new leader (ours does).
 kcat cannot take part (its stdin reader waits for a full buffer or the end of input), so
 librdkafka takes part through confluent-kafka, reading stdin line by line (`rdkafka`).
+
+--paused-first puts the paused broker first in the producers' bootstrap list (then the live
+ones): a list of every broker, in an order that happens to start with the frozen one.
 
 --baseline-python adds a third producer at the same moment: `epochlog produce` of another build
 (the python of a venv with another checkout installed, e.g. main's), with that build's defaults.
@@ -81,6 +84,8 @@ def parse_args() -> argparse.Namespace:
                         "this interpreter has installed")
     parser.add_argument("--connected", action="store_true", help="each producer delivers a "
                         "record through the leader before it is paused")
+    parser.add_argument("--paused-first", action="store_true", help="the bootstrap list "
+                        "starts with the paused broker (as a user's list of every broker may)")
     parser.add_argument("--dir", type=Path, help="the cluster's data (default: a temp folder)")
     return parser.parse_args()
 
@@ -164,23 +169,26 @@ def held(c: Cluster, topic: str, live: str, values: set[bytes]) -> int:
 
 
 def one_round(c: Cluster, index: int, records: int, baseline: str | None,
-              connected: bool) -> dict[str, float]:
+              connected: bool, paused_first: bool) -> dict[str, float]:
     topic = f"frozen-{index}"
     c.create_topic(topic, partitions=1, replication_factor=3)
     c.wait_fully_replicated(topic)
     frozen = c.leader_of(topic, 0)
     live = ",".join(c.brokers[b].address for b in c.broker_ids if b != frozen)
+    bootstrap = f"{c.brokers[frozen].address},{live}" if paused_first else live
     pythons = {"ours": sys.executable, **({"base": baseline} if baseline else {})}
     values = {name: [b"%s-%d" % (name.encode(), i) for i in range(1, records + 1)]
               for name in (*pythons, "rdkafka" if connected else "kcat")}
     # Not from the checkout's folder: a baseline build must import its own package, not ours.
     cwd = c.base_dir
     runs = [Run(name, [python, "-m", "epochlog", "produce", topic, "--acks", "all",
-                       "--bootstrap-server", live], cwd) for name, python in pythons.items()]
+                       "--bootstrap-server", bootstrap], cwd)
+            for name, python in pythons.items()]
     if connected:  # kcat reads stdin in whole buffers: librdkafka through a line reader
-        runs.append(Run("rdkafka", [sys.executable, "-c", RDKAFKA_LINES, live, topic], cwd))
+        runs.append(Run("rdkafka", [sys.executable, "-c", RDKAFKA_LINES, bootstrap, topic],
+                        cwd))
     else:
-        runs.append(Run("kcat", ["kcat", "-P", "-b", live, "-t", topic, "-X", "acks=all"],
+        runs.append(Run("kcat", ["kcat", "-P", "-b", bootstrap, "-t", topic, "-X", "acks=all"],
                         cwd))
     firsts = {name: b"%s-first" % name.encode() for name in values}
     if connected:  # each has a connection to the leader, proven by a record delivered
@@ -221,7 +229,7 @@ def main() -> None:
     with Cluster(brokers=3, base_dir=base, settings={"min.insync.replicas": 2}) as c:
         for index in range(1, args.rounds + 1):
             results.append(one_round(c, index, args.records, args.baseline_python,
-                                     args.connected))
+                                     args.connected, args.paused_first))
     for key in results[0]:
         figures = [r[key] for r in results]
         print(f"{key:8} median {statistics.median(figures):5.1f}s  "
