@@ -178,6 +178,8 @@ class Consumer:
                  reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
                  metadata_max_age_ms: int = 300_000,
+                 socket_connection_setup_timeout_ms: int = 10_000,
+                 socket_connection_setup_timeout_max_ms: int = 30_000,
                  group_instance_id: str | None = None,
                  session_timeout_ms: int = 45_000,
                  heartbeat_interval_ms: int = 3_000,
@@ -225,7 +227,11 @@ class Consumer:
                                       retry_backoff_ms=retry_backoff_ms,
                                       reconnect_backoff_ms=reconnect_backoff_ms,
                                       reconnect_backoff_max_ms=reconnect_backoff_max_ms,
-                                      metadata_max_age_ms=metadata_max_age_ms)
+                                      metadata_max_age_ms=metadata_max_age_ms,
+                                      socket_connection_setup_timeout_ms=(
+                                          socket_connection_setup_timeout_ms),
+                                      socket_connection_setup_timeout_max_ms=(
+                                          socket_connection_setup_timeout_max_ms))
         self._states: dict[TopicPartition, PartitionState] = {}
         self._errors: dict[TopicPartition, tuple[str, int, int]] = {}
         # A corrupt batch found while decoding: raised by the next poll(), once (as Java's
