@@ -211,7 +211,7 @@ def _run_async(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., No
 async def _produce_ours(w: Workload, name: str) -> None:
     async with adapter_ours.Producer(
             w.bootstrap, acks=w.acks, enable_idempotence=w.idempotent, history=w.history,
-            name=name, request_timeout_ms=10_000, delivery_timeout_ms=int(FLUSH_S * 1000),
+            name=name, delivery_timeout_ms=int(FLUSH_S * 1000),
             max_block_ms=10_000, max_in_flight_requests_per_connection=w.in_flight_max
             ) as producer:
         n = 0
@@ -230,7 +230,7 @@ async def _consume_ours(w: Workload, name: str, stop: threading.Event) -> None:
     async with adapter_ours.Consumer(
             w.bootstrap, group_id=w.group, auto_offset_reset="earliest",
             enable_auto_commit=False, session_timeout_ms=SESSION_MS,
-            heartbeat_interval_ms=HEARTBEAT_MS, request_timeout_ms=10_000, history=w.history,
+            heartbeat_interval_ms=HEARTBEAT_MS, history=w.history,
             name=name) as consumer:
         consumer.subscribe([w.topic])
         while w.reading(stop):
