@@ -74,7 +74,12 @@ from epochlog.protocol.schema import Message
 
 from .admin_groups import GroupAdmin, GroupDescription, GroupListing
 from .admin_txns import TransactionDescription, TransactionListing, TxnAdmin
-from .cluster import Bootstrap, ClusterClient
+from .cluster import (
+    SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT,
+    SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT,
+    Bootstrap,
+    ClusterClient,
+)
 from .errors import (
     KafkaError,
     KafkaTimeoutError,
@@ -177,9 +182,15 @@ class AlterConfigOp(NamedTuple):
 class Admin:
     def __init__(self, bootstrap_servers: Bootstrap = "127.0.0.1:9092", *,
                  client_id: str = "epochlog-admin", request_timeout_ms: int = 30_000,
-                 retry_backoff_ms: int = 100) -> None:
-        self.cluster = ClusterClient(bootstrap_servers, client_id=client_id,
-                                     request_timeout_ms=request_timeout_ms)
+                 retry_backoff_ms: int = 100,
+                 socket_connection_setup_timeout_ms: int =
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT,
+                 socket_connection_setup_timeout_max_ms: int =
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT) -> None:
+        self.cluster = ClusterClient(
+            bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
+            socket_connection_setup_timeout_ms=socket_connection_setup_timeout_ms,
+            socket_connection_setup_timeout_max_ms=socket_connection_setup_timeout_max_ms)
         self._timeout_ms = request_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
         self._groups = GroupAdmin(self.cluster, self._backoff_s)

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from epochlog.client.admin import Admin
 from epochlog.client.cluster import BrokerAddress, ClusterClient
 from tests.client.test_connection import Server
 
@@ -63,6 +64,9 @@ async def test_setup_timeout_above_its_maximum_is_refused() -> None:
     with pytest.raises(ValueError, match="socket_connection_setup_timeout_ms"):
         ClusterClient("127.0.0.1:9092", socket_connection_setup_timeout_ms=40_000,
                       socket_connection_setup_timeout_max_ms=30_000)
+    admin = Admin("127.0.0.1:9092", socket_connection_setup_timeout_ms=2_000,
+                  socket_connection_setup_timeout_max_ms=4_000)  # Admin takes them too
+    assert admin.cluster.setup_timeout_ms == 2_000
 
 
 async def test_a_frozen_bootstrap_server_first_costs_the_stagger_not_the_setup_timeout(
