@@ -34,8 +34,11 @@ ALLOWED: dict[str, frozenset[str]] = {
                                       "epochlog.client.connection"}),
     # The test harness runs brokers and the controller as processes, never their code.
     "epochlog.testing": frozenset({"epochlog.client", "epochlog.protocol", "epochlog.settings"}),
-    # The Spark data source builds on the client library alone, as any user's code would.
-    "epochlog.pipeline": frozenset({"epochlog.client"}),
+    # The Spark data source builds on the client library alone, as any user's code would; the
+    # reference pipeline's command line finds the cluster as every epochlog tool does, through
+    # the two modules of the command line that import nothing else of ours.
+    "epochlog.pipeline": frozenset({"epochlog.client", "epochlog.bootstrap",
+                                    "epochlog.cluster_socket"}),
 }
 # The names the folders had before the epochlog namespace: nothing may import them any more.
 OLD_TOP_LEVEL = frozenset({"broker", "client", "controller", "protocol", "settings", "pipeline"})
