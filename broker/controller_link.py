@@ -192,11 +192,14 @@ class ControllerLink:
     # ------------------------------------------------------------------------- registration
     def _registration(self) -> BrokerRegistrationRequest:
         assert self.listeners, "a broker registers at least one listener"
+        plan = self.config.listener_plan
         return BrokerRegistrationRequest(
             broker_id=self.config.broker_id, cluster_id=self.config.cluster_id,
             incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,
-            listeners=[BrokerRegistrationListener(name=name, host=host, port=port)
-                       for name, (host, port) in self.listeners.items()],
+            listeners=[BrokerRegistrationListener(
+                name=name, host=host, port=port,
+                security_protocol=int(plan.named(name).protocol))
+                for name, (host, port) in self.listeners.items()],
             previous_broker_epoch=self.previous_broker_epoch,
             replica_capacity=self.replica_capacity)
 

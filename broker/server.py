@@ -24,10 +24,17 @@ Limits: `frame_bytes_max` (Kafka's socket.request.max.bytes), `connections_max`,
 `idle_ms_max` (connections.max.idle.ms, enforced by a sweeper rather than a timer per read), the
 queue bounds above, and `write_buffer_bytes_max` (answers waiting for the socket).
 
-One server serves one listener (EXTERNAL or INTERNAL, see config.py); a broker with two listeners
-runs two. Each request's context names the listener it arrived on, so that Metadata can answer
-with that listener's addresses (Kafka's rule). Limits and byte counts are per listener; the
-observer (metrics) is told the listener of each request.
+One server serves one listener (listeners.py); a broker with two listeners runs two. Each
+request's context names the listener it arrived on, so that Metadata can answer with that
+listener's addresses (Kafka's rule), and the connection's principal. Limits and byte counts are
+per listener; the observer (metrics) is told the listener of each request.
+
+TLS (an SSL listener, tls.py): asyncio runs the handshake before `connection_made`, bounded by
+the handshake timeout; a peer that fails it (plaintext on this port, an untrusted or missing
+client certificate when one is required) never reaches this layer and costs one debug line. Once
+connected, the principal comes from the client's certificate; a DN no mapping rule applies to is
+refused (closed), as Kafka refuses it. Plaintext sent by a TLS client to a plaintext port reads as
+a frame of absurd size and closes that connection like any bad frame.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import ssl
 import struct
 import sys
 import time
@@ -55,6 +63,8 @@ from .config import EXTERNAL_LISTENER
 from .handlers import REGISTRY
 from .handlers import api_versions as api_versions_handler
 from .handlers._context import RequestContext
+from .principal import ANONYMOUS, Rule
+from .tls import NoMatchingRule, principal_of
 
 if TYPE_CHECKING:
     from .handlers._context import BrokerApp
@@ -75,6 +85,14 @@ class ServerLimits:
     queued_bytes_max: int = 16 * 1024 * 1024  # ... and their bytes (one bigger frame may pass)
 
 
+@dataclass(frozen=True)
+class TlsServing:
+    """An SSL listener's TLS: its context, the handshake's bound, the principal mapping."""
+    context: ssl.SSLContext
+    handshake_timeout_ms: int
+    rules: tuple[Rule, ...]
+
+
 class _Closing(Exception):
     """Close this connection; the message says why (logged once)."""
 
@@ -92,6 +110,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.server = server
         self.limits = server.limits
         self.peer = "?"
+        self.principal = ANONYMOUS
         self.last_active = time.monotonic()
         self.transport: asyncio.Transport | None = None
         self._frames = FrameReceiver(self.limits.frame_bytes_max)
@@ -116,9 +135,26 @@ class _Connection(asyncio.BufferedProtocol):
             self._lost = True
             transport.abort()
             return
+        if self.server.tls is not None and not self._identify(transport):
+            return
         conns.add(self)
         transport.set_write_buffer_limits(high=self.limits.write_buffer_bytes_max)
         self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def _identify(self, transport: asyncio.Transport) -> bool:
+        """The principal of a TLS connection; False (closed) if no mapping rule applies."""
+        assert self.server.tls is not None
+        try:
+            self.principal = principal_of(transport, self.server.tls.rules)
+        except NoMatchingRule as exc:
+            log.warning("refusing TLS connection from %s on %s: %s", self.peer,
+                        self.server.listener, exc)
+            self._lost = True
+            transport.abort()
+            return False
+        log.debug("TLS connection from %s on %s: principal %s", self.peer, self.server.listener,
+                  self.principal)
+        return True
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()
@@ -202,7 +238,7 @@ class _Connection(asyncio.BufferedProtocol):
                     break
                 if isinstance(item, _Closing):
                     raise item
-                answer = await server.answer(memoryview(item), self.peer)
+                answer = await server.answer(memoryview(item), self.peer, self.principal)
                 if sys.getrefcount(item) == 2:  # no view of it left (item, the argument):
                     self._frames.recycle(item)  # its memory takes the next large frame
                 if self._lost or transport.is_closing():  # closed meanwhile (stop(), idle sweep)
@@ -231,9 +267,11 @@ class _Connection(asyncio.BufferedProtocol):
 
 class KafkaServer:
     def __init__(self, app: BrokerApp, limits: ServerLimits | None = None,
-                 observer: Observer | None = None, listener: str = EXTERNAL_LISTENER) -> None:
+                 observer: Observer | None = None, listener: str = EXTERNAL_LISTENER,
+                 tls: TlsServing | None = None) -> None:
         self.app = app
         self.listener = listener
+        self.tls = tls
         self.limits = limits or ServerLimits()
         self.observer = observer
         self.bytes_in_total = 0
@@ -246,7 +284,13 @@ class KafkaServer:
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        tls = self.tls
+        if tls is None:
+            self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        else:
+            self._server = await loop.create_server(
+                lambda: _Connection(self), host, port, ssl=tls.context,
+                ssl_handshake_timeout=tls.handshake_timeout_ms / 1000)
         self._sweeper = loop.create_task(self._sweep_idle())
         bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
@@ -275,7 +319,8 @@ class KafkaServer:
                 log.info("closing idle connection from %s", conn.peer)
                 conn.close()
 
-    async def answer(self, frame_view: memoryview, peer: str) -> list[Buffer] | None:
+    async def answer(self, frame_view: memoryview, peer: str,
+                     principal: str = ANONYMOUS) -> list[Buffer] | None:
         """The framed answer to one request frame, as buffers to write in order, or None (no
         answer is due)."""
         # The codec reads through the buffer protocol: byte fields come out as views of the
@@ -301,7 +346,7 @@ class KafkaServer:
         except (DecodeError, UnsupportedVersion) as exc:
             raise _Closing(f"malformed {api.name} v{version} request: {exc}") from exc
         self.requests_total += 1
-        ctx = RequestContext(header, version, peer, self.app, self.listener)
+        ctx = RequestContext(header, version, peer, self.app, self.listener, principal)
         hooks = self.hooks
         try:
             if hooks is not None and key in hooks.armed:

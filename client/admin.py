@@ -24,6 +24,7 @@ raise the first item's error unless `raise_errors=False`, when they return the e
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -88,6 +89,7 @@ from .errors import (
     UnknownTopicOrPartitionError,
     error_for,
 )
+from .security import context_for
 from .types import TopicPartition
 
 E = ErrorCode
@@ -187,9 +189,12 @@ class AlterConfigOp(NamedTuple):
 class Admin:
     def __init__(self, bootstrap_servers: Bootstrap = "127.0.0.1:9092", *,
                  client_id: str = "epochlog-admin", request_timeout_ms: int = 30_000,
-                 retry_backoff_ms: int = 100) -> None:
+                 retry_backoff_ms: int = 100,
+                 security_protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.cluster = ClusterClient(bootstrap_servers, client_id=client_id,
-                                     request_timeout_ms=request_timeout_ms)
+                                     request_timeout_ms=request_timeout_ms,
+                                     ssl_context=context_for(security_protocol, ssl_context))
         self._timeout_ms = request_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
         self._groups = GroupAdmin(self.cluster, self._backoff_s)

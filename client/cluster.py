@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -106,8 +107,10 @@ class ClusterClient:
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
                  metadata_max_age_ms: int = METADATA_MAX_AGE_MS_DEFAULT,
-                 in_flight_max: int | None = None) -> None:
+                 in_flight_max: int | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.ssl_context = ssl_context  # every connection is TLS when set (security.py)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
@@ -145,7 +148,8 @@ class ClusterClient:
     async def _connect(self, host: str, port: int) -> Connection:
         extra = {} if self.in_flight_max is None else {"in_flight_max": self.in_flight_max}
         return await Connection(host, port, client_id=self.client_id,
-                                request_timeout_ms=self.request_timeout_ms, **extra).connect()
+                                request_timeout_ms=self.request_timeout_ms,
+                                ssl_context=self.ssl_context, **extra).connect()
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one if we have any, else a bootstrap server."""

@@ -35,6 +35,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import ssl
 import struct
 import sys
 from dataclasses import dataclass
@@ -151,8 +152,11 @@ class Connection:
                  frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
                  in_flight_max: int = IN_FLIGHT_MAX_DEFAULT,
                  request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
-                 connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT) -> None:
+                 connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.host = host
+        self.ssl_context = ssl_context  # TLS when set (security.py); the handshake is bounded
+        # by connect_timeout_ms with the connection itself
         self.port = port
         self.client_id = client_id
         self.frame_bytes_max = frame_bytes_max
@@ -185,8 +189,13 @@ class Connection:
         # connection's outcome when a cancellation arrives as the attempt ends, and swallows the
         # cancellation; a broker's follower fetcher then never stopped and its stop hung
         async with asyncio.timeout(self.connect_timeout_ms / 1000):
-            transport, stream = await loop.create_connection(lambda: _Stream(self), self.host,
-                                                             self.port)
+            if self.ssl_context is None:
+                transport, stream = await loop.create_connection(lambda: _Stream(self),
+                                                                 self.host, self.port)
+            else:
+                transport, stream = await loop.create_connection(
+                    lambda: _Stream(self), self.host, self.port, ssl=self.ssl_context,
+                    ssl_handshake_timeout=self.connect_timeout_ms / 1000)
         self._transport, self._stream = transport, stream
         self._closed_reason = None
         if negotiate:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from epochlog.protocol.headers import RequestHeader
 
 from ..config import EXTERNAL_LISTENER
+from ..principal import ANONYMOUS
 
 if TYPE_CHECKING:
     import asyncio
@@ -79,6 +80,9 @@ class RequestContext:
     peer: str
     app: BrokerApp  # what handlers may use of the broker
     listener: str = EXTERNAL_LISTENER  # the listener name the request arrived on
+    # Who sent it (principal.py): User:<mapped DN> over mutual TLS, else User:ANONYMOUS. The
+    # ACL work will ask about it; nothing does yet.
+    principal: str = ANONYMOUS
 
 
 def replicas_of(app: BrokerApp) -> ReplicaManager:
