@@ -18,7 +18,8 @@ Bad input never takes the process down: an unknown API key, a version no handler
 frame that does not decode, or a handler that fails closes that one connection with one log line
 naming the peer and the reason (after answering the requests received before it). ApiVersions at
 an unknown version is the exception: it is answered with UNSUPPORTED_VERSION and our ranges in a
-v0 body (KIP-511). A peer that half-closes still gets the answers to what it sent.
+v0 body (KIP-511). A peer that half-closes still gets the answers to what it sent (over plaintext:
+TLS has no half-close).
 
 Limits: `frame_bytes_max` (Kafka's socket.request.max.bytes), `connections_max`,
 `idle_ms_max` (connections.max.idle.ms, enforced by a sweeper rather than a timer per read), the
@@ -177,7 +178,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._push(_EOF, 0)
-        return True  # keep the transport open to write the answers
+        # Keep the transport open to write the answers; TLS has no half-close (asyncio closes
+        # a TLS transport at the peer's close_notify whatever this returns), so there: closed.
+        return self.server.tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
