@@ -481,3 +481,38 @@ def test_a_node_that_dies_while_starting_is_reported_with_its_own_error(tmp_path
     assert head.startswith("broker 2 exited with code 1 before it was ready: broker 2 failed "
                            "to start: "), head
     assert "address already in use" in head, head
+
+
+def test_cluster_up_with_ssl_writes_the_client_settings_that_work(tmp_path: Path) -> None:
+    """`--security ssl`: certificates under <data-dir>/tls, <data-dir>/client.json in librdkafka's
+    names (also printed), and those settings, as they are, produce and read over mutual TLS
+    with confluent-kafka; Ctrl-C still stops it cleanly."""
+    confluent = pytest.importorskip("confluent_kafka")
+    base = free_port_base((0, 1, 2, 100, 200, 201, 202))
+    up = ClusterUp(tmp_path, "--port-base", str(base), "--security", "ssl")
+    try:
+        bootstrap = up.bootstrap()
+        assert bootstrap == ",".join(f"127.0.0.1:{base + 200 + i}" for i in range(3))
+        up.wait_line(r"  ssl.key.location=", timeout_s=WAIT_S)
+        settings = json.loads((tmp_path / "client.json").read_text())
+        assert settings == {
+            "bootstrap.servers": bootstrap, "security.protocol": "SSL",
+            "ssl.ca.location": str(tmp_path / "tls" / "ca.pem"),
+            "ssl.certificate.location": str(tmp_path / "tls" / "client.pem"),
+            "ssl.key.location": str(tmp_path / "tls" / "client.key")}
+        producer = confluent.Producer({**settings, "acks": "all"})
+        producer.produce("secured", value=b"over tls")
+        assert producer.flush(WAIT_S) == 0
+        consumer = confluent.Consumer({**settings, "group.id": "g",
+                                       "auto.offset.reset": "earliest"})
+        consumer.subscribe(["secured"])
+        message = None
+        for _ in range(int(WAIT_S)):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                break
+        consumer.close()
+        assert message is not None and message.value() == b"over tls"
+    finally:
+        if up.alive:
+            assert up.interrupt() == 0
