@@ -40,11 +40,16 @@ class TlsFiles:
     check_hostname: bool = True  # ssl.endpoint.identification.algorithm=https
 
 
+class TlsSettingsError(Exception):
+    """A TLS file that cannot be read or used; the message names the setting (never the
+    password)."""
+
+
 def server_context(files: TlsFiles) -> ssl.SSLContext:
-    """For the SSL listeners. OSError/ssl.SSLError when a file is missing or wrong."""
+    """For the SSL listeners. TlsSettingsError when a file is missing or wrong."""
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    ctx.load_cert_chain(files.keystore, password=files.key_password or None)
+    _keystore(ctx, files)
     ctx.verify_mode = CLIENT_AUTH[files.client_auth]
     if files.client_auth != "none":
         _trust(ctx, files.truststore, ssl.Purpose.CLIENT_AUTH)
@@ -59,13 +64,26 @@ def client_context(files: TlsFiles) -> ssl.SSLContext:
     ctx.check_hostname = files.check_hostname
     ctx.verify_mode = ssl.CERT_REQUIRED
     _trust(ctx, files.truststore, ssl.Purpose.SERVER_AUTH)
-    ctx.load_cert_chain(files.keystore, password=files.key_password or None)
+    _keystore(ctx, files)
     return ctx
+
+
+def _keystore(ctx: ssl.SSLContext, files: TlsFiles) -> None:
+    try:
+        ctx.load_cert_chain(files.keystore, password=files.key_password or None)
+    except (OSError, ssl.SSLError) as exc:  # ssl.SSLError is an OSError; said apart for mypy
+        raise TlsSettingsError(f"ssl_keystore_location {files.keystore}: cannot load the key "
+                               f"and certificate chain (PEM; with ssl_key_password if the key "
+                               f"is encrypted): {exc}") from None
 
 
 def _trust(ctx: ssl.SSLContext, truststore: str, purpose: ssl.Purpose) -> None:
     if truststore:
-        ctx.load_verify_locations(cafile=truststore)
+        try:
+            ctx.load_verify_locations(cafile=truststore)
+        except (OSError, ssl.SSLError) as exc:
+            raise TlsSettingsError(f"ssl_truststore_location {truststore}: cannot load CA "
+                                   f"certificates (PEM): {exc}") from None
     else:
         ctx.load_default_certs(purpose)
 
@@ -89,5 +107,5 @@ def principal_of(transport: Any, rules: tuple[Rule, ...]) -> str:
     return user(map_dn(rules, subject_dn(der)))
 
 
-__all__ = ["ANONYMOUS", "NoMatchingRule", "TlsFiles", "client_context", "principal_of",
-           "server_context", "subject_dn"]
+__all__ = ["ANONYMOUS", "NoMatchingRule", "TlsFiles", "TlsSettingsError", "client_context",
+           "principal_of", "server_context", "subject_dn"]

@@ -84,3 +84,19 @@ def test_an_older_listener_can_be_ssl_through_the_map() -> None:
                   **SSL_FILES).listener_plan
     assert plan.named("EXTERNAL").protocol is SecurityProtocol.SSL
     assert plan.inter_broker == "INTERNAL"
+
+
+def test_describe_configs_hides_the_key_password_and_names_listeners_once() -> None:
+    """DescribeConfigs on a BROKER resource: ssl.key.password is sensitive (no value, as Kafka
+    answers), and each setting appears once under one name."""
+    from epochlog.broker.handlers._broker_configs import describe_broker
+
+    c = config(listeners="PLAINTEXT://h:1,SSL://h:2", ssl_key_password="hunter2", **SSL_FILES)
+    entries = describe_broker(c, None, synonyms=True)
+    names = [e.name for e in entries]
+    assert len(names) == len(set(names))
+    secret = next(e for e in entries if e.name == "ssl.key.password")
+    assert secret.is_sensitive and secret.value is None
+    assert all(s.value is None for s in secret.synonyms)
+    assert "hunter2" not in repr(entries)
+    assert next(e for e in entries if e.name == "listeners").value == "PLAINTEXT://h:1,SSL://h:2"
