@@ -292,9 +292,13 @@ def test_plaintext_to_the_tls_port_is_closed_and_the_broker_serves_on(cluster: C
 def test_tls_to_the_plaintext_port_is_closed_and_the_broker_serves_on(cluster: Cluster) -> None:
     broker = cluster.brokers[1]
     ctx = context(cluster)
+    mark = broker.mark()
     with socket.create_connection((broker.host, broker.port), timeout=WAIT_S) as raw:
         with pytest.raises((ssl.SSLError, ConnectionError)):
             ctx.wrap_socket(raw, server_hostname=broker.host)
+    broker.wait_line(r"closing connection from \S+: frame of \d+ bytes is over the limit of "
+                     r"\d+ bytes \(its first bytes are a TLS handshake: a TLS client on a "
+                     r"plaintext listener\?\)", start=mark)
     still_serving(cluster)
 
 
