@@ -282,6 +282,13 @@ class Cluster(ClusterBase):
         cluster made with security="ssl" (`client_settings` has the rest)."""
         return ",".join(b.client_address for b in self.brokers.values())
 
+    @property
+    def plaintext_servers(self) -> str:
+        """"HOST:PORT,..." of every broker's plaintext listener: `bootstrap_servers` in a
+        plaintext cluster, the CONTROLLER listeners in an SSL one (what this harness and the
+        command-line tools use)."""
+        return ",".join(b.address for b in self.brokers.values())
+
     def client_settings(self) -> dict[str, str]:
         """What a client needs, in librdkafka's names (what `cluster up` writes to
         client.json): bootstrap.servers, security.protocol and, for SSL, the CA and the client
