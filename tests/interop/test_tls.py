@@ -26,6 +26,7 @@ import socket
 import ssl
 import struct
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ import pytest
 from epochlog.client import Admin, Consumer, NewTopic, Producer, create_ssl_context
 from epochlog.testing.certs import TlsFiles, load_ca, make_client_certificate
 from epochlog.testing.cluster import Cluster
+from tests.docs import ROOT, doc_example
 
 RECORDS = 200
 WAIT_S = 60.0
@@ -210,6 +212,19 @@ def test_ours(cluster: Cluster) -> None:
 
     got = asyncio.run(scenario())
     check(cluster, name, sent, got)
+
+
+def test_the_documented_example_runs(cluster: Cluster, tmp_path: Path) -> None:
+    """docs/security.md's client example, as written but for the cluster's address and files."""
+    code = doc_example("security.md", "## The client library")
+    assert "127.0.0.1:9292" in code and ".epochlog/tls/" in code
+    script = tmp_path / "example.py"
+    script.write_text(code.replace("127.0.0.1:9292", cluster.bootstrap_servers)
+                      .replace(".epochlog/tls/", f"{tls_of(cluster).ca.parent}/"))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=WAIT_S, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["secured", "0"]
 
 
 # ------------------------------------------------------------------------- bad peers
