@@ -37,7 +37,7 @@ BROKER_SUBJECT = (("CN", "broker"), ("OU", "brokers"), ("O", "epochlog"))
 
 
 @dataclass(frozen=True)
-class TlsFiles:
+class ClusterCertificates:
     ca: Path  # the CA certificate: every side's truststore (ssl.ca.location)
     broker_keystore: Path  # the brokers' key then certificate (ssl.keystore.location)
     client_cert: Path  # ssl.certificate.location
@@ -45,15 +45,15 @@ class TlsFiles:
     client_dn: str = "CN=client,OU=clients,O=epochlog"  # as RFC 2253 writes it
 
 
-def tls_files(folder: Path) -> TlsFiles:
-    return TlsFiles(folder / "ca.pem", folder / "broker.keystore.pem", folder / "client.pem",
-                    folder / "client.key")
+def certificate_files(folder: Path) -> ClusterCertificates:
+    return ClusterCertificates(folder / "ca.pem", folder / "broker.keystore.pem",
+                               folder / "client.pem", folder / "client.key")
 
 
 def ensure_certificates(folder: Path, *, client_subject: tuple[tuple[str, str], ...]
-                        = CLIENT_SUBJECT) -> TlsFiles:
+                        = CLIENT_SUBJECT) -> ClusterCertificates:
     """The files under folder, made if any is missing (see the module's notes)."""
-    files = tls_files(folder)
+    files = certificate_files(folder)
     if all(p.exists() for p in (files.ca, folder / "ca.key", files.broker_keystore,
                                 files.client_cert, files.client_key)):
         return files

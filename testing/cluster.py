@@ -46,7 +46,7 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from . import hooks
 from . import network as net
-from .certs import TlsFiles, ensure_certificates
+from .certs import ClusterCertificates, ensure_certificates
 from .cluster_base import ClusterBase, FaultEntry, FaultRecorder
 from .netns import NODES_MAX
 from .network import CLIENTS, NetworkFaultUnsupported
@@ -120,7 +120,7 @@ class Cluster(ClusterBase):
         self._closed = False
         self._started = False
         self.security = security
-        self.tls: TlsFiles | None = None
+        self.tls: ClusterCertificates | None = None
         if security == "ssl":
             self.tls = ensure_certificates(self.base_dir / "tls")
         ports = self._ports(brokers, port_base, internal_listener or self.tls is not None)

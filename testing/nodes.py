@@ -13,7 +13,7 @@ from typing import Any
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.schema import Message
 
-from .certs import TlsFiles
+from .certs import ClusterCertificates
 from .network import Bind
 from .processes import STOP_S, Process, process_state
 from .requests import call
@@ -126,7 +126,7 @@ class BrokerNode(Node):
         self.internal_port = internal_port
         # security="ssl" (cluster.py): the SSL listener's port and the certificates' files.
         self.tls_port: int | None = None
-        self.tls: TlsFiles | None = None
+        self.tls: ClusterCertificates | None = None
         self.controller = ""  # HOST:PORT of the controller, set by the cluster
         self.generation = -1
         self.hooks_port: int | None = None  # request hooks control on host:hooks_port, if set

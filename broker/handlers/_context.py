@@ -49,7 +49,7 @@ class BrokerApp(Protocol):
     txns: TxnCoordinator | None
     controller: ControllerLink | None
     producer_ids: ProducerIdAllocator | None
-    # listener name -> advertised (host, port), and the EXTERNAL listener's
+    # listener name -> advertised (host, port), and the first-named listener's
     listeners: dict[str, tuple[str, int]]
     advertised: tuple[str, int]
     read_path: ReadPath | None  # the fetch path's state, made on first use (handlers/fetch.py)

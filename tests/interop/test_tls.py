@@ -34,7 +34,7 @@ from pathlib import Path
 import pytest
 
 from epochlog.client import Admin, Consumer, NewTopic, Producer, create_ssl_context
-from epochlog.testing.certs import TlsFiles, load_ca, make_client_certificate
+from epochlog.testing.certs import ClusterCertificates, load_ca, make_client_certificate
 from epochlog.testing.cluster import Cluster
 from tests.docs import ROOT, doc_example
 
@@ -52,7 +52,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-def tls_of(cluster: Cluster) -> TlsFiles:
+def tls_of(cluster: Cluster) -> ClusterCertificates:
     assert cluster.tls is not None
     return cluster.tls
 
