@@ -30,12 +30,17 @@ request's context names the listener it arrived on, so that Metadata can answer 
 listener's addresses (Kafka's rule), and the connection's principal. Limits and byte counts are
 per listener; the observer (metrics) is told the listener of each request.
 
-TLS (an SSL listener, tls.py): asyncio runs the handshake before `connection_made`, bounded by
-the handshake timeout; a peer that fails it (plaintext on this port, an untrusted or missing
-client certificate when one is required) never reaches this layer and costs one debug line. Once
-connected, the principal comes from the client's certificate; a DN no mapping rule applies to is
-refused (closed), as Kafka refuses it. Plaintext sent by a TLS client to a plaintext port reads as
-a frame of absurd size and closes that connection like any bad frame.
+TLS (an SSL listener, tls.py): the server accepts sockets itself and hands each to
+`loop.connect_accepted_socket` with the TLS context, in a task of its own, bounded by the
+handshake timeout; connections still in their handshake count against `connections_max` like
+the others (asyncio's own TLS server would not say they exist). A peer that fails the handshake
+(plaintext on this port, an untrusted or missing client certificate when one is required, no
+handshake at all) is closed with one INFO line, at most one per HANDSHAKE_FAILURE_LOG_MS per
+listener, the next one counting those left unsaid (Kafka logs each failed SSL authentication at
+INFO; a flood of them must not flood the log). Once connected, the principal comes from the
+client's certificate; a DN no mapping rule applies to is refused (closed), as Kafka refuses it.
+A TLS client talking to a plaintext port sends what reads as a frame of absurd size, and is
+closed like any bad frame.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
 import ssl
 import struct
 import sys
@@ -74,6 +80,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("epochlog.server")
 
 _SIZE = struct.Struct(">i")
+BACKLOG = 100  # asyncio's create_server default, for the SSL listeners' own sockets
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,10 @@ class TlsServing:
     context: ssl.SSLContext
     handshake_timeout_ms: int
     rules: tuple[Rule, ...]
+
+
+HANDSHAKE_FAILURE_LOG_MS = 1000  # at most one line per listener this often; the rest counted
+ACCEPT_RETRY_MS = 100  # after accept() failed (out of descriptors): try again this much later
 
 
 class _Closing(Exception):
@@ -282,27 +293,90 @@ class KafkaServer:
         self.requests_total = 0
         self.conns: set[_Connection] = set()
         self.hooks: RequestHooks | None = None  # test-only request hooks, when switched on
+        self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
+        self.handshake_failures_total = 0
+        self._failures_unsaid = 0  # since the last line about them
+        self._failure_said_at = -float("inf")  # monotonic seconds
         self._server: asyncio.base_events.Server | None = None
+        self._tls_socket: socket.socket | None = None  # an SSL listener's, accepted by us
+        self._acceptor: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
-        tls = self.tls
-        if tls is None:
+        if self.tls is None:
             self._server = await loop.create_server(lambda: _Connection(self), host, port)
+            bound = self._server.sockets[0].getsockname()
         else:
-            self._server = await loop.create_server(
-                lambda: _Connection(self), host, port, ssl=tls.context,
-                ssl_handshake_timeout=tls.handshake_timeout_ms / 1000)
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = self._tls_socket = socket.create_server((host, port), family=family,
+                                                           backlog=BACKLOG)
+            sock.setblocking(False)
+            self._acceptor = loop.create_task(self._accept(sock))
+            bound = sock.getsockname()
         self._sweeper = loop.create_task(self._sweep_idle())
-        bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
+
+    async def _accept(self, sock: socket.socket) -> None:
+        """An SSL listener's accept loop: each socket's handshake in a task of its own."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                accepted, address = await loop.sock_accept(sock)
+            except OSError as exc:  # out of descriptors: an operating limit, not a bug
+                log.warning("accepting on %s failed: %s; trying again in %d ms", self.listener,
+                            exc, ACCEPT_RETRY_MS)
+                await asyncio.sleep(ACCEPT_RETRY_MS / 1000)
+                continue
+            peer = f"{address[0]}:{address[1]}"
+            open_now = len(self.conns) + len(self.handshakes)
+            if open_now >= self.limits.connections_max:
+                log.warning("refusing connection from %s: %d connections open (limit)", peer,
+                            open_now)
+                accepted.close()
+                continue
+            task = loop.create_task(self._handshake(accepted, peer))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _handshake(self, sock: socket.socket, peer: str) -> None:
+        tls = self.tls
+        assert tls is not None
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Connection(self), sock, ssl=tls.context,
+                ssl_handshake_timeout=tls.handshake_timeout_ms / 1000)
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
+            sock.close()
+            self.handshake_failed(peer, exc)
+
+    def handshake_failed(self, peer: str, exc: BaseException) -> None:
+        """One INFO line per HANDSHAKE_FAILURE_LOG_MS at most; the others are counted in it."""
+        self.handshake_failures_total += 1
+        now = time.monotonic()
+        if now - self._failure_said_at < HANDSHAKE_FAILURE_LOG_MS / 1000:
+            self._failures_unsaid += 1
+            return
+        more = f" ({self._failures_unsaid} more since the last such line)" \
+            if self._failures_unsaid else ""
+        log.info("TLS handshake from %s on %s failed: %s%s", peer, self.listener,
+                 _reason(exc), more)
+        self._failure_said_at, self._failures_unsaid = now, 0
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+        if self._tls_socket is not None:
+            self._tls_socket.close()
+        handshakes = list(self.handshakes)
+        for handshake in handshakes:
+            handshake.cancel()
+        await asyncio.gather(*handshakes, return_exceptions=True)
         tasks = [c.task for c in self.conns if c.task is not None]
         for conn in list(self.conns):
             conn.close(abort=True)  # unsent answers are dropped: a peer that does not read
@@ -365,6 +439,13 @@ class KafkaServer:
             return None
         header_bytes = encode_response_header(correlation_id, api.response_header_version(version))
         return framed_chunks(header_bytes, api, result, version)
+
+
+def _reason(exc: BaseException) -> str:
+    """An ssl error's reason ("TLSV13_ALERT_CERTIFICATE_REQUIRED"), else the exception."""
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 Buffer = bytes | bytearray | memoryview

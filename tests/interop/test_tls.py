@@ -268,6 +268,8 @@ def still_serving(cluster: Cluster) -> None:
 
 def test_a_client_without_a_certificate_is_refused(cluster: Cluster) -> None:
     host, port = tls_host_port(cluster)
+    first = next(b for b in cluster.brokers.values() if b.client_address == f"{host}:{port}")
+    mark = first.mark()
     ctx = context(cluster, certificate=False)
     with socket.create_connection((host, port), timeout=WAIT_S) as raw:
         try:
@@ -278,6 +280,8 @@ def test_a_client_without_a_certificate_is_refused(cluster: Cluster) -> None:
                 assert closed_within(tls, WAIT_S)
         except (ssl.SSLError, ConnectionError):
             pass  # refused during the handshake (TLS 1.2)
+    first.wait_line(r"TLS handshake from \S+ on SSL failed: PEER_DID_NOT_RETURN_A_CERTIFICATE",
+                    start=mark)
     still_serving(cluster)
 
 
