@@ -28,6 +28,7 @@ import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,6 +37,7 @@ import pytest
 from epochlog.client import Admin, Consumer, NewTopic, Producer, create_ssl_context
 from epochlog.testing.certs import ClusterCertificates, load_ca, make_client_certificate
 from epochlog.testing.cluster import Cluster
+from epochlog.testing.network import free_port
 from tests.docs import ROOT, doc_example
 
 RECORDS = 200
@@ -332,9 +334,12 @@ def test_a_handshake_that_never_finishes_is_cut_off(cluster: Cluster) -> None:
 
 # ------------------------------------------------------------------------- principals
 def test_the_principal_is_the_mapped_certificate_dn(tmp_path: Path) -> None:
+    """... and the failed handshakes' counter of the SSL listener is in the broker's metrics."""
+    metrics_port = free_port()
     with Cluster(1, security="ssl", base_dir=tmp_path,
                  settings={"ssl.principal.mapping.rules": RULES},
-                 broker_args=["--log-level", "DEBUG"]) as c:
+                 broker_args=["--log-level", "DEBUG",
+                              "--metrics-listen", f"127.0.0.1:{metrics_port}"]) as c:
         t = tls_of(c)
         ca_key, ca_cert = load_ca(t.ca.parent)
         cert, key = make_client_certificate(t.ca.parent, ca_key, ca_cert,
@@ -364,3 +369,17 @@ def test_the_principal_is_the_mapped_certificate_dn(tmp_path: Path) -> None:
         broker.wait_line(r"refusing TLS connection from \S+ on SSL: no ssl.principal.mapping."
                          r"rules rule applies to 'CN=Stranger,O=elsewhere'")
         assert broker.alive
+
+        with socket.create_connection((host, port), timeout=WAIT_S) as raw:
+            raw.sendall(api_versions_frame())  # plaintext: a failed handshake
+            assert closed_within(raw, WAIT_S)
+        deadline = time.monotonic() + WAIT_S
+        line = 'epochlog_broker_tls_handshake_failures_total{listener="SSL"} 1.0'
+        while line not in scrape(metrics_port):
+            assert time.monotonic() < deadline, scrape(metrics_port)
+            time.sleep(0.1)
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=WAIT_S) as answer:
+        return str(answer.read().decode())
