@@ -127,16 +127,24 @@ class _Stream(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         if self.conn._stream is self:
-            self.conn._fail("closed by the server")
+            self.conn._fail(self._closed_by_server())
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.conn._stream is self:
-            self.conn._fail("closed by the server" if exc is None
+            self.conn._fail(self._closed_by_server() if exc is None
                             else f"{type(exc).__name__}: {exc}")
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
+
+    def _closed_by_server(self) -> str:
+        """Over TLS 1.3 a broker that refuses our certificate (or its absence) does so after
+        our side of the handshake ended: we see the connection close before any answer."""
+        if self.conn.ssl_context is not None and not self.conn.server_versions:
+            return ("closed by the server before any answer (over TLS: does it require a "
+                    "client certificate, or not trust ours?)")
+        return "closed by the server"
 
     def pause_writing(self) -> None:
         if self.writable is None or self.writable.done():
