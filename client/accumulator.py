@@ -109,7 +109,7 @@ class Batch:
     __slots__ = ("tp", "builder", "serial", "created", "future", "reserved", "data",
                  "record_count", "attempts", "retry_at", "base_sequence", "leader_epoch",
                  "base_offset", "log_append_time", "last_error", "parent", "children",
-                 "children_left")
+                 "children_left", "node")
 
     def __init__(self, tp: TopicPartition, builder: BatchBuilder, serial: tuple[int, ...],
                  created: float, future: asyncio.Future[None], reserved: int) -> None:
@@ -125,6 +125,7 @@ class Batch:
         self.retry_at = 0.0
         self.base_sequence = -1
         self.leader_epoch = -1
+        self.node = -1  # the broker it was last sent to
         self.base_offset = -1
         self.log_append_time = -1
         self.last_error: str = ""
@@ -317,6 +318,7 @@ class Accumulator:
             pq.ready.popleft()
             pq.in_flight.append(head)
             head.leader_epoch = leader_epoch
+            head.node = node
             out.setdefault(node, []).append(head)
             out_bytes[node] = taken + len(head.data)
             drained.append(pq)
@@ -460,12 +462,20 @@ class Accumulator:
         return out
 
     def next_wakeup(self, now_s: float, delivery_timeout_s: float) -> float | None:
-        """Seconds until drain or expiry may have something new to do by time alone."""
+        """Seconds until drain or expiry may have something new to do by time alone.
+
+        A ready head past its retry backoff that the last drain left where it was waits for an
+        event, not for time: an answer (in flight before it), a connection set up, a metadata
+        refresh, a partition added to the transaction; whoever makes that event wakes the
+        sender. Only its delivery timeout counts here, so the sender does not spin for as long
+        as a leader takes to answer (its connection setup may take seconds)."""
         soonest: float | None = None
         for pq in self._active:
             if pq.ready:
                 head = pq.ready[0]
-                at = min(head.retry_at, head.created + delivery_timeout_s)
+                at = head.created + delivery_timeout_s
+                if head.retry_at > now_s:
+                    at = min(at, head.retry_at)
             elif pq.open is not None:
                 at = pq.open.created + (0.0 if self.flushing else self.linger_s)
             else:

@@ -15,8 +15,7 @@ Rules: controller-side requests (CreateTopics, DeleteTopics, CreatePartitions, E
 DescribeConfigs) go to any broker, which relays them to the controller (epochlog) or is the
 controller (Kafka brokers answer NOT_CONTROLLER otherwise: the request is sent again to the
 controller named by fresh metadata). ListOffsets goes to each partition's leader with the leader
-epoch we know (KIP-320); NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, UNKNOWN_LEADER_EPOCH and
-LEADER_NOT_AVAILABLE refresh metadata and retry, at most ATTEMPTS_MAX times with backoff. Errors
+epoch we know (KIP-320), retried after a metadata refresh (offsets_lookup.py). Errors
 are raised as client.errors classes, naming the topic or partition; calls with per-item results
 raise the first item's error unless `raise_errors=False`, when they return the errors instead.
 """
@@ -69,11 +68,6 @@ from epochlog.protocol.apis.incremental_alter_configs import (
     AlterConfigsResource as IncrementalResource,
 )
 from epochlog.protocol.apis.incremental_alter_configs import IncrementalAlterConfigsRequest
-from epochlog.protocol.apis.list_offsets import (
-    ListOffsetsPartition,
-    ListOffsetsRequest,
-    ListOffsetsTopic,
-)
 from epochlog.protocol.apis.metadata import MetadataResponse
 from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.registry import APIS
@@ -83,25 +77,27 @@ from .admin_groups import GroupAdmin, GroupDescription, GroupListing
 from .admin_txns import TransactionDescription, TransactionListing, TxnAdmin
 from .cluster import Bootstrap, ClusterClient
 from .errors import (
-    KafkaConnectionError,
     KafkaError,
     KafkaTimeoutError,
-    UnknownTopicOrPartitionError,
     error_for,
+)
+from .offsets_lookup import (
+    SPECS,
+    ListOffsetsResult,
+    OffsetSpec,
+    list_offsets,
+    retrying,
 )
 from .security import context_for
 from .types import TopicPartition
 
 E = ErrorCode
-ATTEMPTS_MAX = 5
 DESCRIBE_PAGES_MAX = 10_000  # DescribeTopicPartitions answers followed for one describe
-_OFFSET_SPECS = {"earliest": -2, "latest": -1, "max_timestamp": -3}
 _ELECTION_TYPES = {"preferred": 0, "unclean": 1}
 _RESOURCE_TYPES = {"topic": 2, "broker": 4}
 _OPS = {"set": 0, "delete": 1, "append": 2, "subtract": 3}
 
 T = TypeVar("T")
-OffsetSpec = Literal["earliest", "latest", "max_timestamp"] | int
 
 
 @dataclass(frozen=True)
@@ -149,12 +145,6 @@ class TopicDescription:
     name: str
     partitions: list[PartitionDescription]
     is_internal: bool = False
-
-
-class ListOffsetsResult(NamedTuple):
-    offset: int
-    timestamp: int
-    leader_epoch: int
 
 
 class LogDirDescription(NamedTuple):
@@ -467,43 +457,10 @@ class Admin:
         """Per partition: "earliest", "latest", "max_timestamp", or a timestamp in ms (the first
         offset whose timestamp is at or after it; offset -1 if none). Each answer carries the
         leader epoch of that offset (KIP-320)."""
-        wanted = {tp: _OFFSET_SPECS[s] if isinstance(s, str) else int(s)
-                  for tp, s in specs.items()}
-        out: dict[TopicPartition, ListOffsetsResult] = {}
-        await self._refresh(sorted({tp.topic for tp in wanted}))
-        for attempt in range(ATTEMPTS_MAX):
-            retry: dict[TopicPartition, KafkaError] = {}
-            by_leader: dict[int, list[TopicPartition]] = {}
-            for tp in wanted:
-                view = self.cluster.partitions.get((tp.topic, tp.partition))
-                if view is None:
-                    topic_error = self.cluster.topic_errors.get(tp.topic, 0)
-                    if topic_error not in (0, E.LEADER_NOT_AVAILABLE):
-                        raise error_for(topic_error, f"list offsets of {tp.topic}-{tp.partition}")
-                    retry[tp] = UnknownTopicOrPartitionError(f"no metadata for {tp}")
-                elif view.leader < 0:
-                    retry[tp] = error_for(E.LEADER_NOT_AVAILABLE, f"{tp.topic}-{tp.partition}")
-                else:
-                    by_leader.setdefault(view.leader, []).append(tp)
-            answers = await asyncio.gather(*(
-                self._list_offsets_at(node, tps, wanted, isolation_level)
-                for node, tps in by_leader.items()))
-            for got in answers:
-                for tp, result in got.items():
-                    if isinstance(result, ListOffsetsResult):
-                        out[tp] = result
-                    elif result.retriable:  # client.retriable: all after a metadata refresh
-                        retry[tp] = result
-                    else:
-                        raise result
-            wanted = {tp: wanted[tp] for tp in retry}
-            if not wanted:
-                return out
-            if attempt == ATTEMPTS_MAX - 1:
-                raise next(iter(retry.values()))
-            await asyncio.sleep(self._backoff_s * (attempt + 1))
-            await self._refresh(sorted({tp.topic for tp in wanted}))
-        return out
+        return await list_offsets(
+            self.cluster, {tp: SPECS[s] if isinstance(s, str) else int(s)
+                           for tp, s in specs.items()},
+            read_committed=isolation_level == "read_committed", backoff_s=self._backoff_s)
 
     async def delete_records(self, before: Mapping[TopicPartition, int], *,
                              timeout_ms: int | None = None) -> dict[TopicPartition, int]:
@@ -550,34 +507,6 @@ class Admin:
                 out[node] = LogDirDescription(d.log_dir, {
                     TopicPartition(t.name, p.partition_index): p.partition_size
                     for t in d.topics for p in t.partitions}, d.total_bytes, d.usable_bytes)
-        return out
-
-    async def _list_offsets_at(self, node: int, tps: list[TopicPartition],
-                               wanted: Mapping[TopicPartition, int], isolation_level: str
-                               ) -> dict[TopicPartition, ListOffsetsResult | KafkaError]:
-        by_topic: dict[str, list[ListOffsetsPartition]] = {}
-        for tp in tps:
-            view = self.cluster.partitions[(tp.topic, tp.partition)]
-            by_topic.setdefault(tp.topic, []).append(ListOffsetsPartition(
-                partition_index=tp.partition, current_leader_epoch=view.leader_epoch,
-                timestamp=wanted[tp]))
-        request = ListOffsetsRequest(
-            replica_id=-1, isolation_level=1 if isolation_level == "read_committed" else 0,
-            topics=[ListOffsetsTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
-        out: dict[TopicPartition, ListOffsetsResult | KafkaError] = {}
-        try:
-            answer = await self.cluster.request_broker(node, ApiKey.LIST_OFFSETS, request)
-        except (ConnectionError, OSError, TimeoutError) as exc:
-            return {tp: KafkaConnectionError(f"list offsets at broker {node}: {exc}")
-                    for tp in tps}
-        for t in answer.topics:
-            for p in t.partitions:
-                tp = TopicPartition(t.name, p.partition_index)
-                if p.error_code:
-                    out[tp] = error_for(p.error_code, f"list offsets of {t.name}-"
-                                                      f"{p.partition_index} at broker {node}")
-                else:
-                    out[tp] = ListOffsetsResult(p.offset, p.timestamp, p.leader_epoch)
         return out
 
     # --------------------------------------------------------------------------- groups
@@ -642,17 +571,8 @@ class Admin:
         return ask
 
     async def _retrying(self, call: Callable[[], Awaitable[T]]) -> T:
-        """call(), again on a fresh connection if the one it used broke (a broker restarted),
-        at most ATTEMPTS_MAX times with backoff."""
-        for attempt in range(ATTEMPTS_MAX):
-            try:
-                return await call()
-            except (ConnectionError, OSError, TimeoutError) as exc:
-                if attempt == ATTEMPTS_MAX - 1:
-                    raise KafkaConnectionError(f"no answer after {ATTEMPTS_MAX} attempts: "
-                                               f"{exc}") from exc
-                await asyncio.sleep(self._backoff_s * (attempt + 1))
-        raise AssertionError("unreachable")
+        """call(), again on a fresh connection if the one it used broke (offsets_lookup.py)."""
+        return await retrying(call, self._backoff_s)
 
     async def _refresh(self, topics: Sequence[str] | None) -> MetadataResponse:
         return await self._retrying(lambda: self.cluster.refresh(

@@ -32,7 +32,7 @@ from .console import EXIT_INTERRUPTED, Interrupts, StdinLines, progress
 from .errors import KafkaError, KafkaTimeoutError, UnknownTopicOrPartitionError
 from .producer import DeliveryFuture, Producer
 
-DELIVERY_TIMEOUT_MS_DEFAULT = 30_000
+DELIVERY_TIMEOUT_MS_DEFAULT = 120_000  # Kafka's delivery.timeout.ms: a failover fits in it
 REQUEST_TIMEOUT_MS_MAX = 30_000
 
 
@@ -48,7 +48,8 @@ def add_arguments(produce: argparse.ArgumentParser) -> None:
     produce.add_argument("--linger-ms", type=float, default=5,
                          help="how long a batch waits for more records (default 5)")
     produce.add_argument("--delivery-timeout-ms", type=int, default=DELIVERY_TIMEOUT_MS_DEFAULT,
-                         help="give up on a record (and the tool) after this (default 30000)")
+                         help="give up on a record (and the tool) after this (default 120000, "
+                         "Kafka's)")
     produce.add_argument("--producer-property", action="append", default=[],
                          metavar="NAME=VALUE", help="any other Producer setting, e.g. "
                          "enable_idempotence=false")

@@ -19,6 +19,13 @@ Metadata cache rules
 Reconnects: a broker whose connection failed is not dialled again before its backoff has passed
 (`reconnect_backoff_ms`, doubling per consecutive failure up to `reconnect_backoff_max_ms`);
 `connection()` raises `NodeNotReady` meanwhile, so callers move on instead of blocking.
+
+Connection setup (KIP-601): a connection is set up (TCP connect and ApiVersions, see
+client.connection) within `socket_connection_setup_timeout_ms`, doubling per consecutive failure
+of that broker up to `socket_connection_setup_timeout_max_ms`, with 20% of jitter. At most one
+attempt per broker is under way: `connection()` joins it, and `dial()` starts it in the
+background and returns at once, so a sender can leave a broker that is slow to answer (a frozen
+leader) and carry on with the others, and with whatever metadata names in its place.
 """
 
 from __future__ import annotations
@@ -48,8 +55,27 @@ RECONNECT_BACKOFF_MS_DEFAULT = 50
 RECONNECT_BACKOFF_MAX_MS_DEFAULT = 1000
 METADATA_MAX_AGE_MS_DEFAULT = 300_000
 METADATA_AGE_JITTER = 0.2  # periodic refreshes come up to 20% early
+SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT = 10_000  # Kafka's defaults (KIP-601)
+SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT = 30_000
+SETUP_TIMEOUT_JITTER = 0.2  # KIP-601's
+BOOTSTRAP_STAGGER_S = 1.0  # the next bootstrap server is dialled after this without an answer
 
 log = logging.getLogger("epochlog.cluster")
+
+
+def _retrieve(task: asyncio.Task[Connection]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
+async def _drop_others(attempts: dict[asyncio.Task[Connection], str],
+                       kept: Connection | None) -> None:
+    """Cancel the attempts under way, and close every connection they set up but `kept`."""
+    for task in attempts:
+        task.cancel()
+    await asyncio.gather(*attempts, return_exceptions=True)
+    others = [t.result() for t in attempts if not t.cancelled() and not t.exception()]
+    await asyncio.gather(*(c.close() for c in others if c is not kept), return_exceptions=True)
 
 
 class NodeNotReady(ConnectionError):
@@ -107,8 +133,17 @@ class ClusterClient:
                  reconnect_backoff_ms: int = RECONNECT_BACKOFF_MS_DEFAULT,
                  reconnect_backoff_max_ms: int = RECONNECT_BACKOFF_MAX_MS_DEFAULT,
                  metadata_max_age_ms: int = METADATA_MAX_AGE_MS_DEFAULT,
+                 socket_connection_setup_timeout_ms: int =
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT,
+                 socket_connection_setup_timeout_max_ms: int =
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT,
                  in_flight_max: int | None = None,
                  ssl_context: ssl.SSLContext | None = None) -> None:
+        if not 0 < socket_connection_setup_timeout_ms <= socket_connection_setup_timeout_max_ms:
+            raise ValueError("socket_connection_setup_timeout_ms must be positive and at most "
+                             f"socket_connection_setup_timeout_max_ms, not "
+                             f"{socket_connection_setup_timeout_ms} and "
+                             f"{socket_connection_setup_timeout_max_ms}")
         self.bootstrap = parse_bootstrap(bootstrap)
         self.ssl_context = ssl_context  # every connection is TLS when set (security.py)
         self.client_id = client_id
@@ -117,7 +152,10 @@ class ClusterClient:
         self.reconnect_backoff_ms = reconnect_backoff_ms
         self.reconnect_backoff_max_ms = reconnect_backoff_max_ms
         self.metadata_max_age_ms = metadata_max_age_ms
+        self.setup_timeout_ms = socket_connection_setup_timeout_ms
+        self.setup_timeout_max_ms = socket_connection_setup_timeout_max_ms
         self.in_flight_max = in_flight_max
+        self._dials: dict[int, asyncio.Task[Connection]] = {}  # attempts under way, per node
         # node id -> (consecutive connect failures, monotonic time before which we do not dial)
         self._node_backoff: dict[int, tuple[int, float]] = {}
         self._update_requested = False
@@ -138,6 +176,10 @@ class ClusterClient:
         await self.close()
 
     async def close(self) -> None:
+        dials = list(self._dials.values())
+        for dial in dials:
+            dial.cancel()
+        await asyncio.gather(*dials, return_exceptions=True)
         conns = list(self._conns.values())
         if self._bootstrap_conn is not None:
             conns.append(self._bootstrap_conn)
@@ -145,11 +187,16 @@ class ClusterClient:
         self._bootstrap_conn = None
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
 
-    async def _connect(self, host: str, port: int) -> Connection:
+    async def _connect(self, host: str, port: int, failures: int = 0) -> Connection:
+        """A connection set up within the setup timeout for a broker that failed `failures`
+        times in a row: KIP-601's, doubling per failure up to the maximum, with jitter."""
         extra = {} if self.in_flight_max is None else {"in_flight_max": self.in_flight_max}
+        setup_ms = min(self.setup_timeout_ms * 2 ** min(failures, 16), self.setup_timeout_max_ms)
+        setup_ms *= 1 + random.uniform(-SETUP_TIMEOUT_JITTER, SETUP_TIMEOUT_JITTER)
         return await Connection(host, port, client_id=self.client_id,
                                 request_timeout_ms=self.request_timeout_ms,
-                                ssl_context=self.ssl_context, **extra).connect()
+                                connect_timeout_ms=int(setup_ms), ssl_context=self.ssl_context,
+                                **extra).connect()
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one if we have any, else a bootstrap server."""
@@ -158,17 +205,41 @@ class ClusterClient:
                 return conn
         if self._bootstrap_conn is not None and not self._bootstrap_conn.closed:
             return self._bootstrap_conn
-        errors = []
         candidates = list(self.bootstrap)  # then brokers learnt since, if bootstrap ones died
         candidates += [(b.host, b.port) for b in self.brokers.values()
                        if (b.host, b.port) not in candidates]
-        for host, port in candidates:
-            try:
-                self._bootstrap_conn = await self._connect(host, port)
-                return self._bootstrap_conn
-            except (TimeoutError, OSError) as exc:
-                errors.append(f"{host}:{port}: {exc}")
-        raise ConnectionError("no broker answered: " + "; ".join(errors))
+        self._bootstrap_conn = await self._first_set_up(candidates)
+        return self._bootstrap_conn
+
+    async def _first_set_up(self, candidates: list[tuple[str, int]]) -> Connection:
+        """The first connection set up among candidates, dialled in order, the next one started
+        as soon as the previous failed or after BOOTSTRAP_STAGGER_S without an answer (RFC
+        8305's "happy eyeballs", for brokers): a frozen broker first in the list costs a second,
+        not its setup timeout. Attempts still under way when one wins are cancelled."""
+        attempts: dict[asyncio.Task[Connection], str] = {}
+        waiting = iter(candidates)
+        loop = asyncio.get_running_loop()
+        winner: Connection | None = None
+        try:
+            while winner is None:
+                nxt = next(waiting, None)
+                if nxt is not None:
+                    attempts[loop.create_task(self._connect(*nxt))] = f"{nxt[0]}:{nxt[1]}"
+                under_way = [t for t in attempts if not t.done()]
+                if not under_way:
+                    errors = [f"{address}: {t.exception()}" for t, address in attempts.items()]
+                    raise ConnectionError("no broker answered: " + "; ".join(errors))
+                await asyncio.wait(under_way, return_when=asyncio.FIRST_COMPLETED,
+                                   timeout=BOOTSTRAP_STAGGER_S if nxt is not None else None)
+                for task in (t for t in attempts if t.done()):
+                    exc = task.exception()
+                    if exc is None:
+                        winner = winner or task.result()
+                    elif not isinstance(exc, (TimeoutError, OSError)):
+                        raise exc  # not about reaching the broker (NoCommonVersion...)
+            return winner
+        finally:
+            await _drop_others(attempts, winner)
 
     async def idle_connection(self) -> Connection:
         """A connection with nothing in flight if one is open, else any_connection()'s. For
@@ -184,33 +255,76 @@ class ClusterClient:
                 return conn
         return await self.any_connection()
 
+    def connected(self, node_id: int) -> bool:
+        """Whether a connection to node_id is set up and open."""
+        return self.open_connection(node_id) is not None
+
+    def open_connection(self, node_id: int) -> Connection | None:
+        """The connection to node_id if one is set up and open; never dials."""
+        conn = self._conns.get(node_id)
+        return conn if conn is not None and not conn.closed else None
+
     async def connection(self, node_id: int) -> Connection:
+        """The connection to node_id: the open one, else the attempt under way, else a new
+        attempt. NodeNotReady during the node's reconnect backoff; ConnectionError if the
+        attempt fails."""
         conn = self._conns.get(node_id)
         if conn is not None and not conn.closed:
             return conn
-        failures, not_before = self._node_backoff.get(node_id, (0, 0.0))
-        if time.monotonic() < not_before:
-            raise NodeNotReady(f"broker {node_id}: reconnect backoff after {failures} failed "
-                               "attempt(s)")
-        address = self.brokers.get(node_id)
-        if address is None:
-            await self.refresh()
-            address = self.brokers.get(node_id)
-            if address is None:
-                raise ConnectionError(f"broker {node_id} is not in the cluster's metadata")
+        dial = self._dials.get(node_id)
+        if dial is None:
+            failures, not_before = self._node_backoff.get(node_id, (0, 0.0))
+            if time.monotonic() < not_before:
+                raise NodeNotReady(f"broker {node_id}: reconnect backoff after {failures} "
+                                   "failed attempt(s)")
+            if node_id not in self.brokers:
+                await self.refresh()
+            # the refresh let others run: one of them may have dialled meanwhile
+            dial = self._dials.get(node_id) or self._start_dial(node_id)
+        # shield: a caller that gives up does not end the attempt others may be waiting on
+        return await asyncio.shield(dial)
+
+    def dial(self, node_id: int) -> asyncio.Task[Connection] | None:
+        """Start setting up a connection to node_id in the background, or join the attempt
+        under way; None if it is connected already, or in its reconnect backoff (see
+        reconnect_in()). The attempt's outcome is the connection() a later call returns."""
+        if self.connected(node_id):
+            return None
+        dial = self._dials.get(node_id)
+        if dial is None and self.reconnect_in(node_id) <= 0:
+            dial = self._start_dial(node_id)
+        return dial
+
+    def reconnect_in(self, node_id: int) -> float:
+        """Seconds until node_id may be dialled again (0: now)."""
+        return max(0.0, self._node_backoff.get(node_id, (0, 0.0))[1] - time.monotonic())
+
+    def _start_dial(self, node_id: int) -> asyncio.Task[Connection]:
+        dial = asyncio.get_running_loop().create_task(self._dial(node_id),
+                                                      name=f"epochlog-dial-{node_id}")
+        self._dials[node_id] = dial
+        dial.add_done_callback(_retrieve)  # a failure is node_failed()'s; awaiting is optional
+        return dial
+
+    async def _dial(self, node_id: int) -> Connection:
         try:
-            conn = await self._connect(address.host, address.port)
-        except (TimeoutError, OSError) as exc:
-            self.node_failed(node_id)
-            raise ConnectionError(f"broker {node_id} at {address.host}:{address.port}: "
-                                  f"{exc or type(exc).__name__}") from exc
-        self._node_backoff.pop(node_id, None)
-        other = self._conns.get(node_id)
-        if other is not None and not other.closed:  # a concurrent call dialled too: keep one
-            await conn.close()
-            return other
-        self._conns[node_id] = conn
-        return conn
+            address = self.brokers.get(node_id)
+            if address is None:  # backed off too: a background dialler must not spin on it
+                self.node_failed(node_id)
+                raise ConnectionError(f"broker {node_id} is not in the cluster's metadata")
+            failures = self._node_backoff.get(node_id, (0, 0.0))[0]
+            try:
+                conn = await self._connect(address.host, address.port, failures)
+            except (TimeoutError, OSError) as exc:
+                self.node_failed(node_id)
+                raise ConnectionError(f"broker {node_id} at {address.host}:{address.port}: "
+                                      f"{exc or type(exc).__name__}") from exc
+            self._node_backoff.pop(node_id, None)
+            self._conns[node_id] = conn
+            return conn
+        finally:
+            if self._dials.get(node_id) is asyncio.current_task():
+                del self._dials[node_id]
 
     def node_failed(self, node_id: int) -> None:
         """A connection to node_id failed: back off before dialling again, and ask for metadata
@@ -226,10 +340,7 @@ class ClusterClient:
 
     def node_ready(self, node_id: int) -> bool:
         """Whether a request to node_id may be tried now (connected, or past its backoff)."""
-        conn = self._conns.get(node_id)
-        if conn is not None and not conn.closed:
-            return True
-        return time.monotonic() >= self._node_backoff.get(node_id, (0, 0.0))[1]
+        return self.connected(node_id) or self.reconnect_in(node_id) <= 0
 
     # ---------------------------------------------------------------- metadata freshness
     def request_update(self) -> None:

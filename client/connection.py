@@ -25,6 +25,15 @@ body), and a sender waits while the transport's buffer is above its high-water m
 Limits: at most `in_flight_max` requests wait at once (senders queue behind a semaphore), and no
 answer frame may exceed `frame_bytes_max` (checked before it is read).
 
+Setup: `connect_timeout_ms` bounds the whole setup, the TCP connect *and* the ApiVersions
+exchange: a connection is usable only once both are done (KIP-601's
+socket.connection.setup.timeout.ms). Java's client stops that clock at the TCP connect and lets
+ApiVersions wait request.timeout.ms; we do not, because the kernel of a frozen (SIGSTOPped) or
+wedged broker still completes the TCP handshake from its listen backlog, so only the ApiVersions
+answer can tell a live broker from a frozen one, and a 30 s request timeout there is what made a
+producer facing a frozen leader miss its failover (issue 29). librdkafka bounds the same
+exchange with api.version.request.timeout.ms (10 s).
+
 Brokers and the controller reuse this layer to talk to each other (a follower's fetcher, the
 controller's requests to brokers); it is the only part of `client` they import.
 """
@@ -38,6 +47,7 @@ import logging
 import ssl
 import struct
 import sys
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,6 +81,10 @@ class RequestTimedOut(TimeoutError):
     """No answer within the request timeout; the connection was closed."""
 
 
+class ConnectionSetupTimedOut(TimeoutError):
+    """The TCP connect and ApiVersions did not both finish within the setup timeout."""
+
+
 class NoCommonVersion(Exception):
     """The server speaks no version of an API that we speak."""
 
@@ -86,6 +100,7 @@ class _Pending:
     api: Api
     version: int
     future: asyncio.Future[Any]
+    sent_s: float  # time.monotonic() when it was queued to be sent
     timer: asyncio.TimerHandle | None = None
 
 
@@ -177,6 +192,7 @@ class Connection:
         self._transport: asyncio.Transport | None = None
         self._stream: _Stream | None = None
         self._closed_reason: str | None = None
+        self._answered_s = 0.0  # time.monotonic() of the latest answer
 
     def __repr__(self) -> str:
         return f"Connection({self.host}:{self.port})"
@@ -190,25 +206,61 @@ class Connection:
         """Requests sent and not yet answered."""
         return len(self._pending)
 
+    def silent_s(self) -> float:
+        """Seconds the oldest waiting request has waited with no answer to any request since
+        (0 when none waits): how long the server has shown no sign of life to us."""
+        if not self._pending:
+            return 0.0
+        return max(0.0, time.monotonic() - max(self._pending[0].sent_s, self._answered_s))
+
+    def abort(self, reason: str) -> None:
+        """Give up on the connection now: each waiting request fails with ConnectionClosed, as
+        after a request timeout, and the socket is dropped without flushing."""
+        transport = self._transport
+        self._fail(reason)
+        if transport is not None:
+            transport.abort()
+
     async def connect(self, negotiate: bool = True) -> Connection:
-        """Open the socket and, unless told not to, learn the server's API versions."""
-        loop = asyncio.get_running_loop()
+        """Open the socket and, unless told not to, learn the server's API versions; both
+        within connect_timeout_ms (the setup timeout: see the module's notes), else
+        ConnectionSetupTimedOut and the socket is closed."""
+        timeout_s = self.connect_timeout_ms / 1000
         # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns (or raises) the
-        # connection's outcome when a cancellation arrives as the attempt ends, and swallows the
-        # cancellation; a broker's follower fetcher then never stopped and its stop hung
-        async with asyncio.timeout(self.connect_timeout_ms / 1000):
-            if self.ssl_context is None:
-                transport, stream = await loop.create_connection(lambda: _Stream(self),
-                                                                 self.host, self.port)
-            else:
-                transport, stream = await loop.create_connection(
-                    lambda: _Stream(self), self.host, self.port, ssl=self.ssl_context,
-                    ssl_handshake_timeout=self.connect_timeout_ms / 1000)
+        # connection's outcome when a cancellation arrives as the attempt ends, and swallows
+        # the cancellation; a broker's follower fetcher then never stopped and its stop hung
+        setup = asyncio.timeout(timeout_s)
+        try:
+            async with setup:
+                await self._set_up(negotiate)
+        except TimeoutError as exc:
+            if not setup.expired():  # ApiVersions' own request timeout came first
+                raise
+            step = "ApiVersions" if self._transport is not None else \
+                "TCP connect and TLS handshake" if self.ssl_context is not None else "TCP connect"
+            reason = f"connection setup got no further than {step} in {timeout_s:.1f}s"
+            self._fail(reason)
+            if self._transport is not None:
+                self._transport.abort()  # nothing of ours is worth sending to it
+            raise ConnectionSetupTimedOut(f"{self}: {reason}") from exc
+        except asyncio.CancelledError:  # the caller gave up (a client closing): no socket left
+            self._fail("cancelled during setup")
+            raise
+        return self
+
+    async def _set_up(self, negotiate: bool) -> None:
+        loop = asyncio.get_running_loop()
+        if self.ssl_context is None:
+            transport, stream = await loop.create_connection(lambda: _Stream(self), self.host,
+                                                             self.port)
+        else:  # the handshake is part of the setup, under its timeout
+            transport, stream = await loop.create_connection(
+                lambda: _Stream(self), self.host, self.port, ssl=self.ssl_context,
+                ssl_handshake_timeout=self.connect_timeout_ms / 1000)
         self._transport, self._stream = transport, stream
         self._closed_reason = None
         if negotiate:
             await self.negotiate_versions()
-        return self
 
     async def negotiate_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions at our highest version; a server that does not know it answers with
@@ -255,7 +307,8 @@ class Connection:
             pending = None
             loop = asyncio.get_running_loop()
             if expect_response:
-                pending = _Pending(correlation_id, api, version, loop.create_future())
+                pending = _Pending(correlation_id, api, version, loop.create_future(),
+                                   time.monotonic())
                 # A caller cancelled while waiting leaves the future to be failed at close with
                 # nobody to read the error: mark it read so asyncio does not log it.
                 pending.future.add_done_callback(_retrieve)
@@ -301,6 +354,7 @@ class Connection:
             raise DecodeError(f"answer for correlation id {correlation_id} where "
                               f"{pending.correlation_id} was next", "ResponseHeader")
         self._pending.popleft()
+        self._answered_s = time.monotonic()
         try:
             answer = self._decode_answer(api, version, buf, pos)
         except DecodeError as exc:

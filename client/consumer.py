@@ -97,6 +97,7 @@ from .errors import CorruptMessageError, KafkaError, LogTruncationError, OffsetO
 from .fast_records import decode_uniform
 from .fetcher import EARLIEST, LATEST, NO_EPOCH, NONE, PartitionState, State
 from .group import GroupMember, RebalanceListener
+from .offsets_lookup import ListOffsetsResult, list_offsets
 from .security import context_for
 from .types import ConsumerRecord, FetchedBatch, TopicPartition
 
@@ -179,6 +180,8 @@ class Consumer:
                  reconnect_backoff_ms: int = 50,
                  reconnect_backoff_max_ms: int = 1000,
                  metadata_max_age_ms: int = 300_000,
+                 socket_connection_setup_timeout_ms: int = 10_000,
+                 socket_connection_setup_timeout_max_ms: int = 30_000,
                  group_instance_id: str | None = None,
                  session_timeout_ms: int = 45_000,
                  heartbeat_interval_ms: int = 3_000,
@@ -229,6 +232,10 @@ class Consumer:
                                       reconnect_backoff_ms=reconnect_backoff_ms,
                                       reconnect_backoff_max_ms=reconnect_backoff_max_ms,
                                       metadata_max_age_ms=metadata_max_age_ms,
+                                      socket_connection_setup_timeout_ms=(
+                                          socket_connection_setup_timeout_ms),
+                                      socket_connection_setup_timeout_max_ms=(
+                                          socket_connection_setup_timeout_max_ms),
                                       ssl_context=context_for(security_protocol, ssl_context))
         self._states: dict[TopicPartition, PartitionState] = {}
         self._errors: dict[TopicPartition, tuple[str, int, int]] = {}
@@ -472,6 +479,43 @@ class Consumer:
         commit or store, and to pass back to seek(tp, offset, leader_epoch)."""
         return {tp: (st.position, st.position_epoch) for tp, st in self._states.items()
                 if st.state is not State.RESET and st.position >= 0}
+
+    # ------------------------------------------------------------- offsets of the logs
+    async def beginning_offsets(self, partitions: Iterable[TopicPartition]
+                                ) -> dict[TopicPartition, int]:
+        """The first offset of each partition (its log start), assigned or not, as aiokafka's
+        and kafka-python's beginning_offsets."""
+        found = await self._list_offsets(dict.fromkeys(partitions, EARLIEST_TIMESTAMP))
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def end_offsets(self, partitions: Iterable[TopicPartition]
+                          ) -> dict[TopicPartition, int]:
+        """The offset after the last record of each partition, assigned or not: its high
+        watermark, or with isolation_level="read_committed" its last stable offset (as Kafka's
+        endOffsets): where a consumer that read everything stands."""
+        found = await self._list_offsets(dict.fromkeys(partitions, LATEST_TIMESTAMP))
+        return {tp: r.offset for tp, r in found.items()}
+
+    async def offsets_for_times(self, timestamps: Mapping[TopicPartition, int]
+                                ) -> dict[TopicPartition, ListOffsetsResult | None]:
+        """For each partition, the first record whose timestamp is at or after the one given
+        (ms since the epoch): its offset, timestamp and leader epoch (kafka-python's
+        OffsetAndTimestamp fields); None where no record is that late."""
+        for tp, ts in timestamps.items():
+            if ts < 0:
+                raise ValueError(f"{tp.topic}-{tp.partition}: the timestamp to look up must not "
+                                 f"be negative, not {ts}")
+        found = await self._list_offsets(dict(timestamps))
+        return {tp: r if r.offset >= 0 else None for tp, r in found.items()}
+
+    async def _list_offsets(self, timestamps: dict[TopicPartition, int]
+                            ) -> dict[TopicPartition, ListOffsetsResult]:
+        if self._closed:
+            raise KafkaError("the consumer is closed")
+        return await list_offsets(
+            self._cluster, {TopicPartition(*tp): t for tp, t in timestamps.items()},
+            read_committed=self.isolation_level == READ_COMMITTED,
+            backoff_s=self.retry_backoff_ms / 1000)
 
     def metrics(self) -> dict[str, Any]:
         """Counters since start, and the broker each partition is read from."""

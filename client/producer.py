@@ -44,8 +44,20 @@ field 359); a broker without the field ignores it. Answers:
   sequence under a bumped producer epoch and the batch is retried;
 - anything else fails the batch's records with the error's exception.
 Every retry stays within delivery_timeout_ms of the batch's creation; past it the records fail
-with KafkaTimeoutError. Memory: at most buffer_memory bytes of batches exist at once; send and
-send_and_wait wait for room (at most max_block_ms), send_nowait refuses.
+with KafkaTimeoutError.
+
+A leader that does not answer (frozen, wedged, cut off) costs the failover, not a timeout:
+- batches are handed to a request only for a broker whose connection is set up. A connection is
+  set up in the background within socket_connection_setup_timeout_ms (KIP-601, TCP and
+  ApiVersions: client.connection), and while that goes on metadata is asked for each second, so
+  batches not yet sent go to the new leader as soon as metadata names it;
+- requests sent to a broker that then answers nothing for a second: metadata is asked for each
+  second, and once it names a new leader (newer epoch) for a partition among them, the
+  connection is given up and its batches retried there, as a request timeout would, only
+  sooner. Java's producer waits out request_timeout_ms (30 s) there, librdkafka longer.
+
+Memory: at most buffer_memory bytes of batches exist at once; send and send_and_wait wait for room
+(at most max_block_ms), send_nowait refuses.
 """
 
 from __future__ import annotations
@@ -103,6 +115,11 @@ _CODECS = {None: Compression.NONE, "none": Compression.NONE, "gzip": Compression
            "snappy": Compression.SNAPPY, "lz4": Compression.LZ4, "zstd": Compression.ZSTD}
 IN_FLIGHT_IDEMPOTENT_MAX = 5  # the broker remembers the last 5 batches per producer
 METADATA_WAIT_STEP_S = 0.05
+# A leader that keeps us waiting this long (its connection setup, or a request with nothing
+# answered since) gets metadata asked for as often, for as long: the failover that replaces a
+# frozen leader shows there (KIP-580's retry.backoff.max.ms default, 1 s, is the pace Kafka's
+# clients ask at when an answer keeps them waiting).
+LEADER_SILENT_S = 1.0
 SPLIT_LOG_TOPICS_MAX = 100  # topics whose first batch split gets an INFO line
 
 Headers = Sequence[tuple[str, bytes | None]]
@@ -182,6 +199,8 @@ class Producer:
                  max_block_ms: int = 60_000,
                  max_request_size: int = 1024 * 1024,
                  metadata_max_age_ms: int = 300_000,
+                 socket_connection_setup_timeout_ms: int = 10_000,
+                 socket_connection_setup_timeout_max_ms: int = 30_000,
                  partitioner: str | Partitioner = "murmur2_sticky",
                  key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None,
@@ -237,6 +256,10 @@ class Producer:
                                      request_timeout_ms=request_timeout_ms,
                                      retry_backoff_ms=retry_backoff_ms,
                                      metadata_max_age_ms=metadata_max_age_ms,
+                                     socket_connection_setup_timeout_ms=(
+                                         socket_connection_setup_timeout_ms),
+                                     socket_connection_setup_timeout_max_ms=(
+                                         socket_connection_setup_timeout_max_ms),
                                      ssl_context=context_for(security_protocol, ssl_context))
         self._in_flight_max = max_in_flight_requests_per_connection
         self._retries = retries
@@ -267,6 +290,11 @@ class Producer:
         self._topics: dict[str, _Topic] = {}
         self._round_robin = itertools.count()
         self._node_in_flight: dict[int, int] = {}
+        # Leaders being dialled -> when metadata was last asked for on their account (see
+        # _node_has_room); and how long the sender may sleep for their sake.
+        self._dialling: dict[int, float] = {}
+        self._silent: dict[int, float] = {}  # the same, for leaders connected but silent
+        self._node_wait_s = float("inf")
         self._sender: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._wakeup: asyncio.Future[None] | None = None
@@ -688,8 +716,81 @@ class Producer:
             wakeup.set_result(None)
 
     def _node_has_room(self, node: int) -> bool:
-        return (self._node_in_flight.get(node, 0) < self._in_flight_max
-                and self.cluster.node_ready(node))
+        """Whether a request may go to node now: it has room for one more, and a connection set
+        up. A node without one is dialled in the background (its end wakes the sender): until
+        then its partitions' batches stay unsent, free to follow metadata that names another
+        leader. Meanwhile metadata is asked for every LEADER_SILENT_S: a frozen leader takes
+        the whole setup timeout to fail, and its failover may be over well before."""
+        if self._node_in_flight.get(node, 0) >= self._in_flight_max:
+            return False
+        cluster = self.cluster
+        if cluster.connected(node):
+            return True
+        loop = self._loop
+        assert loop is not None
+        now_s = loop.time()
+        dial = cluster.dial(node)
+        if dial is None:  # in its reconnect backoff
+            self._node_wait_s = min(self._node_wait_s, cluster.reconnect_in(node))
+            return False
+        asked_s = self._dialling.get(node)
+        if asked_s is None:
+            asked_s = self._dialling[node] = now_s
+            dial.add_done_callback(lambda _: self._dialled(node))
+        elif now_s - asked_s >= LEADER_SILENT_S:
+            log.debug("broker %d: connection setup under way for %.1fs; asking for metadata",
+                      node, now_s - asked_s)
+            cluster.request_update()
+            asked_s = self._dialling[node] = now_s
+        self._node_wait_s = min(self._node_wait_s, asked_s + LEADER_SILENT_S - now_s)
+        return False
+
+    def _dialled(self, node: int) -> None:
+        self._dialling.pop(node, None)
+        self._wake()
+
+    def _watch_silent_leaders(self, now_s: float) -> None:
+        """A broker with requests waiting that has answered nothing for LEADER_SILENT_S (frozen,
+        cut off): metadata is asked for each LEADER_SILENT_S; once it names another leader, at a
+        newer epoch, for a partition with batches waiting on that broker, its connection is
+        given up: the requests fail as after request_timeout_ms, only sooner, and their
+        batches are retried at the new leader. That is safe exactly as a retry after a timeout
+        is: the broker may have written them, and an idempotent producer's sequence numbers
+        let the new leader recognise those it holds (DUPLICATE_SEQUENCE_NUMBER); a frozen
+        leader cannot have acknowledged acks=all writes its followers lack."""
+        for node, count in self._node_in_flight.items():
+            conn = self.cluster.open_connection(node) if count else None
+            silent_s = 0.0 if conn is None else conn.silent_s()
+            if conn is None or silent_s < LEADER_SILENT_S:
+                self._silent.pop(node, None)
+                if conn is not None:
+                    self._node_wait_s = min(self._node_wait_s, LEADER_SILENT_S - silent_s)
+                continue
+            moved = self._moved_from(node)
+            if moved is not None:
+                log.info("broker %d answered nothing for %.1fs and no longer leads %s; "
+                         "retrying its requests at the new leader", node, silent_s, moved)
+                conn.abort(f"answered nothing for {silent_s:.1f}s and no longer leads {moved}")
+                continue
+            asked_s = self._silent.get(node)
+            if asked_s is None or now_s - asked_s >= LEADER_SILENT_S:
+                self.cluster.request_update()
+                asked_s = self._silent[node] = now_s
+            self._node_wait_s = min(self._node_wait_s, asked_s + LEADER_SILENT_S - now_s)
+
+    def _moved_from(self, node: int) -> str | None:
+        """A partition with batches in flight to node that metadata says another broker leads
+        now, at a newer leader epoch than they were sent with; None if there is none."""
+        acc = self._acc
+        assert acc is not None
+        for pq in acc.queues.values():
+            for b in pq.in_flight:
+                view = self.cluster.partitions.get(b.tp)
+                if (b.node == node and view is not None and view.leader not in (-1, node)
+                        and view.leader_epoch > b.leader_epoch):
+                    return f"{b.tp.topic}-{b.tp.partition} (broker {view.leader} does, epoch " \
+                           f"{view.leader_epoch})"
+        return None
 
     async def _run(self) -> None:
         """The sender task. A bug in it must not leave callers waiting for ever: it fails every
@@ -725,6 +826,7 @@ class Producer:
                     f"{batch.tp.topic}-{batch.tp.partition}: not delivered within "
                     f"delivery_timeout_ms ({self._delivery_timeout_s * 1000:.0f} ms)"
                     + (f"; last error: {batch.last_error}" if batch.last_error else "")))
+            self._node_wait_s = float("inf")
             while True:
                 by_node, leaderless = acc.drain(loop.time(), self._leader_of, self._node_has_room)
                 if leaderless:
@@ -736,10 +838,14 @@ class Producer:
                     task.add_done_callback(self._requests.discard)
                 if not by_node:
                     break
+            self._watch_silent_leaders(loop.time())
             # Metadata: when asked for (errors) after the backoff, and every metadata_max_age_ms.
             if self._topics and self._metadata_task is None and self.cluster.update_due_in() <= 0:
                 self._metadata_task = loop.create_task(self._metadata_loop_once())
             timeout = acc.next_wakeup(loop.time(), self._delivery_timeout_s)
+            if self._node_wait_s < float("inf"):
+                timeout = self._node_wait_s if timeout is None else min(timeout,
+                                                                        self._node_wait_s)
             if self._topics and self._metadata_task is None:
                 due = self.cluster.update_due_in()
                 timeout = due if timeout is None else min(timeout, due)

@@ -14,8 +14,9 @@ import time
 from collections.abc import Awaitable, Iterable, Mapping
 from typing import Any, TypeVar
 
-from epochlog.client.admin import Admin, ListOffsetsResult
+from epochlog.client.admin import Admin
 from epochlog.client.errors import KafkaError
+from epochlog.client.offsets_lookup import ListOffsetsResult
 from epochlog.client.types import TopicPartition
 
 from .options import EARLIEST, LATEST, OffsetSpec, ReadOptions, Topics

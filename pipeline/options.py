@@ -39,7 +39,11 @@ READ_OPTIONS = {name.lower(): name for name in (
     "minPartitions", "maxRecordsPerPartition", "includeHeaders",
     "kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
 )}
-WRITE_OPTIONS = {name.lower(): name for name in ("topic",)}
+WRITE_OPTIONS = {name.lower(): name for name in (
+    "topic", "deliveryGuarantee", "transactionalIdPrefix")}
+# deliveryGuarantee's values (as Flink's Kafka sink names them); exactly-once: exactly_once.py
+AT_LEAST_ONCE, EXACTLY_ONCE = "at-least-once", "exactly-once"
+TRANSACTIONAL_ID_PREFIX = "epochlog-spark"
 # Spark's own options, which it passes to a sink with the user's: the sink has no use for them
 ENGINE_OPTIONS = {name.lower(): name for name in ("checkpointLocation",)}
 STREAM_ONLY = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
@@ -79,6 +83,7 @@ PRODUCER_SETTINGS: dict[str, tuple[str, type]] = {
     "max.block.ms": ("max_block_ms", int),
     "max.request.size": ("max_request_size", int),
     "metadata.max.age.ms": ("metadata_max_age_ms", int),
+    "transaction.timeout.ms": ("transaction_timeout_ms", int),
 }
 REFUSED_SETTINGS = {
     "group.id": "the source joins no consumer group: it reads by assignment and keeps its "
@@ -91,6 +96,8 @@ REFUSED_SETTINGS = {
     "key.serializer": "write key as a binary or string column",
     "value.serializer": "write value as a binary or string column",
     "interceptor.classes": "the client has no interceptors",
+    "transactional.id": "with deliveryGuarantee=exactly-once the sink gives each task its own "
+                        "transactional id; name their prefix with transactionalIdPrefix",
 }
 GROUP_OPTIONS = {"groupidprefix": "groupIdPrefix"}
 
@@ -146,6 +153,8 @@ class ReadOptions:
 class WriteOptions:
     topic: str | None
     producer: dict[str, Any] = field(default_factory=dict)  # Producer keyword arguments
+    exactly_once: bool = False  # deliveryGuarantee=exactly-once (streaming only)
+    transactional_id_prefix: str = TRANSACTIONAL_ID_PREFIX
 
 
 def lower_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -211,7 +220,22 @@ def parse_write(raw: Mapping[str, str]) -> WriteOptions:
     topic = options.get("topic")
     if topic is not None and not topic.strip():
         raise ValueError("option topic is empty")
-    return WriteOptions(topic=topic, producer=producer)
+    guarantee = options.get("deliveryguarantee", AT_LEAST_ONCE).strip().lower()
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
+        raise ValueError(f"option deliveryGuarantee is {guarantee!r}: {AT_LEAST_ONCE} (the "
+                         f"default) or {EXACTLY_ONCE}")
+    exactly_once = guarantee == EXACTLY_ONCE
+    if exactly_once and not idempotent:
+        raise ValueError("option kafka.enable.idempotence=false contradicts "
+                         "deliveryGuarantee=exactly-once (transactions are idempotent)")
+    prefix = options.get("transactionalidprefix", TRANSACTIONAL_ID_PREFIX).strip()
+    if not prefix:
+        raise ValueError("option transactionalIdPrefix is empty")
+    if "transactionalidprefix" in options and not exactly_once:
+        raise ValueError("option transactionalIdPrefix applies with "
+                         "deliveryGuarantee=exactly-once only")
+    return WriteOptions(topic=topic, producer=producer, exactly_once=exactly_once,
+                        transactional_id_prefix=prefix)
 
 
 # ------------------------------------------------------------------------------- helpers

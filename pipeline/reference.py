@@ -31,11 +31,15 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import IO, Any
 
+from epochlog.bootstrap import choose
 from epochlog.client import Admin, NewTopic, Producer
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092,127.0.0.1:9093,127.0.0.1:9094"  # `epochlog cluster up`
+BOOTSTRAP_HELP = ("HOST:PORT[,HOST:PORT]; by default, as every epochlog tool: "
+                  "EPOCHLOG_BOOTSTRAP_SERVERS, else the cluster `epochlog cluster up` runs from "
+                  "this folder, else 127.0.0.1:9092")
 
 
 def clicks_per_user(spark: Any, bootstrap: str, topic: str, window_seconds: int,
@@ -214,7 +218,7 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="write click events to the topic")
-    gen.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP)
+    gen.add_argument("--bootstrap", "--bootstrap-server", default=None, help=BOOTSTRAP_HELP)
     gen.add_argument("--topic", default="clicks")
     gen.add_argument("--rate", type=int, default=1000, help="clicks per second")
     gen.add_argument("--count", type=int, default=None, help="stop after this many")
@@ -223,7 +227,7 @@ def main(argv: list[str] | None = None) -> None:
     gen.add_argument("--replication-factor", type=int, default=3)
     gen.add_argument("--seed", type=int, default=0)
     go = commands.add_parser("run", help="the streaming query: clicks per user to Parquet")
-    go.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP)
+    go.add_argument("--bootstrap", "--bootstrap-server", default=None, help=BOOTSTRAP_HELP)
     go.add_argument("--topic", default="clicks")
     go.add_argument("--out", default="./clicks-per-user")
     go.add_argument("--master", default="local[2]")
@@ -232,6 +236,10 @@ def main(argv: list[str] | None = None) -> None:
     go.add_argument("--trigger-seconds", type=int, default=5)
     go.add_argument("--max-per-trigger", type=int, default=200_000)
     args = parser.parse_args(argv)
+    chosen = choose(args.bootstrap, os.environ, Path.cwd())  # the CLI tools' own choice
+    if chosen.note is not None:
+        print(chosen.note, file=sys.stderr, flush=True)
+    args.bootstrap = chosen.servers
     if args.command == "generate":
         if args.rate < 1:
             parser.error("--rate must be at least 1")

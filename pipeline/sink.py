@@ -13,6 +13,8 @@ acknowledgement, and fails the task if any record was not acknowledged. What tha
 is acknowledged by min.insync.replicas replicas; the producer's own retries never duplicate
 (idempotence); a task that Spark runs again (after a failure, or a micro-batch replayed after a
 restart) writes its rows again, so the whole is at-least-once, as with Spark's Kafka sink.
+With deliveryGuarantee=exactly-once (streaming only), each task writes in a transaction of its
+own and a replayed task whose transaction committed writes nothing: exactly_once.py.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from pyspark.sql.types import (
 from epochlog.client import Producer
 from epochlog.client.producer import DeliveryFuture
 
+from .exactly_once import current_task, write_once
 from .lookup import new_event_loop
 from .options import WriteOptions, parse_write
 from .schema import HEADER_TYPE
@@ -57,6 +60,7 @@ COLUMN_TYPES: dict[str, tuple[DataType, ...]] = {
 @dataclass(frozen=True)
 class Written(WriterCommitMessage):
     records: int
+    found_written: bool = False  # exactly-once: an earlier attempt had committed this task
 
 
 def check_schema(schema: StructType, options: WriteOptions) -> None:
@@ -81,22 +85,39 @@ def _same_type(a: DataType, b: DataType) -> bool:
     return type(a) is type(b)
 
 
-def write_batches(options: WriteOptions, batches: Iterator[Any]) -> int:
-    """Send every row of the Arrow batches and wait for every acknowledgement."""
+def write_batches(options: WriteOptions, batches: Iterator[Any]) -> Written:
+    """Send every row of the Arrow batches and wait for every acknowledgement; with
+    deliveryGuarantee=exactly-once, in this task's transaction (exactly_once.py)."""
     loop = new_event_loop()
+    try:
+        if options.exactly_once:
+            task = current_task()
+            sent, found = loop.run_until_complete(write_once(
+                task, options.transactional_id_prefix, options.producer,
+                lambda producer: _send_all(producer, options.topic, batches)))
+            if found:
+                log.info("epochlog sink: micro-batch %d, task partition %d: committed by an "
+                         "earlier attempt, nothing written again", task.batch_id, task.partition)
+            return Written(sent, found)
+        return Written(loop.run_until_complete(_send_plain(options, batches)))
+    finally:
+        loop.close()
+
+
+async def _send_plain(options: WriteOptions, batches: Iterator[Any]) -> int:
     producer = Producer(**{"client_id": "epochlog-spark-writer", **options.producer})
     try:
-        return loop.run_until_complete(_send_all(producer, options.topic, batches))
+        await producer.start()
+        sent, _ = await _send_all(producer, options.topic, batches)
+        return sent
     finally:
-        try:
-            loop.run_until_complete(producer.close())
-        finally:
-            loop.close()
+        await producer.close()
 
 
 async def _send_all(producer: Producer, topic_option: str | None, batches: Iterator[Any]
-                    ) -> int:
-    await producer.start()
+                    ) -> tuple[int, set[str]]:
+    """Send every row, wait for every acknowledgement: (records sent, topics written); raises
+    if a record was not acknowledged."""
     failures: list[BaseException] = []
 
     def delivered(future: DeliveryFuture) -> None:
@@ -105,9 +126,14 @@ async def _send_all(producer: Producer, topic_option: str | None, batches: Itera
             failures.append(error)
 
     sent = 0
+    topics_written: set[str] = set()
     for batch in batches:
         columns = _columns(batch, topic_option)
         values, keys, topics, partitions, headers = columns
+        if topics is not None:
+            topics_written.update(topics)
+        elif values:
+            topics_written.add(topic_option)  # type: ignore[arg-type]
         for i, value in enumerate(values):
             if failures:
                 break
@@ -122,7 +148,7 @@ async def _send_all(producer: Producer, topic_option: str | None, batches: Itera
     if failures:
         raise RuntimeError(f"the epochlog sink: a record was not acknowledged: "
                            f"{failures[0]!r}") from failures[0]
-    return sent
+    return sent, topics_written
 
 
 def _columns(batch: Any, topic_option: str | None) -> tuple[Any, ...]:
@@ -156,10 +182,14 @@ class BatchWriter(DataSourceArrowWriter):
             raise ValueError("the epochlog sink only appends: save mode Overwrite is not "
                              "supported (as with Spark's Kafka sink; use append)")
         self.options = parse_write(raw)
+        if self.options.exactly_once:
+            raise ValueError("option deliveryGuarantee=exactly-once applies to streaming "
+                             "queries (writeStream), whose micro-batches Spark replays by id; a "
+                             "batch write that fails has written the rows of its finished tasks")
         check_schema(schema, self.options)
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        return Written(write_batches(self.options, iterator))
+        return write_batches(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         log.info("epochlog sink: %d records written",
@@ -179,12 +209,19 @@ class StreamWriter(DataSourceStreamArrowWriter):
         check_schema(schema, self.options)
 
     def write(self, iterator: Iterator[Any]) -> Written:
-        return Written(write_batches(self.options, iterator))
+        return write_batches(self.options, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.info("epochlog sink: micro-batch %d: %d records written", batchId,
-                 sum(m.records for m in messages if isinstance(m, Written)))
+        written = [m for m in messages if isinstance(m, Written)]
+        found = sum(m.found_written for m in written)
+        log.info("epochlog sink: micro-batch %d: %d records written%s", batchId,
+                 sum(m.records for m in written),
+                 f" ({found} tasks found committed by an earlier run)" if found else "")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("epochlog sink: micro-batch %d failed; Spark runs it again, writing its "
-                    "rows again (at-least-once)", batchId)
+        if self.options.exactly_once:
+            log.warning("epochlog sink: micro-batch %d failed; Spark runs it again, and the "
+                        "tasks whose transactions committed write nothing again", batchId)
+        else:
+            log.warning("epochlog sink: micro-batch %d failed; Spark runs it again, writing "
+                        "its rows again (at-least-once)", batchId)

@@ -8,12 +8,18 @@ oversize answers) that a healthy broker would not produce on demand.
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 from typing import Any
 
 import pytest
 
-from epochlog.client.connection import Connection, ConnectionClosed, RequestTimedOut
+from epochlog.client.connection import (
+    Connection,
+    ConnectionClosed,
+    ConnectionSetupTimedOut,
+    RequestTimedOut,
+)
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.api_versions import ApiVersion, ApiVersionsResponse
 from epochlog.protocol.apis.metadata import MetadataRequest, MetadataResponse
@@ -142,3 +148,20 @@ async def test_connect_never_swallows_a_cancellation(monkeypatch: pytest.MonkeyP
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+async def test_setup_timeout_bounds_api_versions_too() -> None:
+    """A frozen broker's kernel still completes the TCP handshake, so only ApiVersions shows
+    it is not answering: the setup timeout (KIP-601) covers both steps, whatever the request
+    timeout (issue 29: a producer waited 30 s on ApiVersions to a paused leader). The socket
+    here is accepted by the kernel and never read, as a SIGSTOPped broker's is."""
+    frozen = socket.create_server(("127.0.0.1", 0))  # listening; nobody ever accepts
+    try:
+        port = frozen.getsockname()[1]
+        conn = Connection("127.0.0.1", port, connect_timeout_ms=200, request_timeout_ms=60_000)
+        with pytest.raises(ConnectionSetupTimedOut, match="no further than ApiVersions"):
+            async with asyncio.timeout(10):  # far below the request timeout
+                await conn.connect()
+        assert conn.closed
+    finally:
+        frozen.close()

@@ -184,11 +184,15 @@ async def test_idempotent_retries_across_a_broker_kill_write_each_record_once(
             sending = asyncio.ensure_future(produce())
             while producer.records_sent < count // 4:
                 await asyncio.sleep(0.02)
+            acked_before_kill = producer.records_sent
             await asyncio.to_thread(cluster.restart_broker, 1, signal.SIGKILL)
             await asyncio.wait_for(sending, WAIT_S * 3)
             await producer.flush()
             metas = [await f for f in futures]
-            assert producer.retries_total > 0, "the kill should have cost some retries"
+            # Mid-stream: most records went through the broker's second life. (Retries are not
+            # a measure of that: a batch waits for a connection to be set up rather than being
+            # sent to a broker that has none, so a kill with nothing in flight costs none.)
+            assert acked_before_kill < count // 2, "the kill should have landed mid-stream"
         rows = read_back(cluster.bootstrap, topic, 1, count)
         values = [v for *_, v, _, _ in rows]
         assert values == [b"%08d" % i for i in range(count)], "duplicates, gaps or reordering"

@@ -121,6 +121,12 @@ def test_write_options() -> None:
                             "enable_idempotence": True}
     plain = parse_write({**BASE, "kafka.acks": "1", "kafka.enable.idempotence": "false"})
     assert plain.topic is None and plain.producer["acks"] == "1"
+    assert not got.exactly_once and not plain.exactly_once  # at-least-once by default
+    once = parse_write({**BASE, "deliveryGuarantee": "Exactly-Once",
+                        "transactionalIdPrefix": "orders-job",
+                        "kafka.transaction.timeout.ms": "30000"})
+    assert once.exactly_once and once.transactional_id_prefix == "orders-job"
+    assert once.producer["transaction_timeout_ms"] == 30_000
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -129,8 +135,31 @@ def test_write_options() -> None:
     ({"topic": " "}, "option topic is empty"),
     ({"kafka.key.serializer": "x"}, "write key as a binary or string column"),
     ({"kafka.client.rack": "a"}, "kafka.client.rack is not a setting the sink knows"),
+    ({"deliveryGuarantee": "twice"}, "option deliveryGuarantee is 'twice': at-least-once (the "
+                                     "default) or exactly-once"),
+    ({"deliveryGuarantee": "exactly-once", "kafka.enable.idempotence": "false"},
+     "kafka.enable.idempotence=false contradicts deliveryGuarantee=exactly-once"),
+    ({"transactionalIdPrefix": "p"}, "transactionalIdPrefix applies with "
+                                     "deliveryGuarantee=exactly-once only"),
+    ({"deliveryGuarantee": "exactly-once", "transactionalIdPrefix": " "},
+     "option transactionalIdPrefix is empty"),
+    ({"kafka.transactional.id": "t"}, "name their prefix with transactionalIdPrefix"),
 ])
 def test_bad_write_options_are_named(options: dict[str, str], message: str) -> None:
     with pytest.raises(ValueError) as caught:
         parse_write({**BASE, **options})
     assert message in str(caught.value)
+
+
+def test_exactly_once_is_refused_for_a_batch_write() -> None:
+    """A batch write has no micro-batch id to replay by: refused when the writer is built (at
+    save(), before any job runs), naming the streaming alternative."""
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from epochlog.pipeline.sink import BatchWriter, StreamWriter
+
+    schema = StructType([StructField("value", BinaryType())])
+    options = {**BASE, "topic": "out", "deliveryGuarantee": "exactly-once"}
+    with pytest.raises(ValueError, match="applies to streaming queries"):
+        BatchWriter(options, schema, overwrite=False)
+    assert StreamWriter(options, schema, overwrite=False).options.exactly_once

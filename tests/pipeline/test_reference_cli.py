@@ -12,6 +12,7 @@ The child and its JVM are killed and reaped even when the test fails."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import queue
 import signal
@@ -23,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from epochlog.client import Admin, TopicPartition
 from tests.broker.cluster import Cluster
 from tests.pipeline.conftest import produce
 
@@ -94,3 +96,26 @@ def test_ctrl_c_ends_the_reference_pipeline_with_one_line(broker: Cluster,
         f"interrupted: the query stopped; run again to go on from its checkpoint "
         f"({tmp_path / 'out'}/_checkpoint)"], after
     assert code == 130
+
+
+def test_generate_finds_the_cluster_as_every_epochlog_tool_does(broker: Cluster,
+                                                                tmp_path: Path) -> None:
+    """No --bootstrap: EPOCHLOG_BOOTSTRAP_SERVERS names the cluster (epochlog/bootstrap.py's
+    order), and the tool says on stderr which servers it took. Before, it dialled its own default
+    of 127.0.0.1:9092-9094 whatever the environment said."""
+    env = {**os.environ, "EPOCHLOG_BOOTSTRAP_SERVERS": broker.bootstrap}
+    done = subprocess.run(
+        [sys.executable, "-m", "epochlog.pipeline.reference", "generate", "--topic", "found",
+         "--count", "20", "--partitions", "1", "--replication-factor", "1"],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+        timeout=STARTED_S)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert f"bootstrap servers {broker.bootstrap} (from EPOCHLOG_BOOTSTRAP_SERVERS)" in \
+        done.stderr, done.stderr
+    assert asyncio.run(end_offset(broker.bootstrap, "found")) == 20
+
+
+async def end_offset(bootstrap: str, topic: str) -> int:
+    async with Admin(bootstrap) as admin:
+        tp = TopicPartition(topic, 0)
+        return (await admin.list_offsets({tp: "latest"}))[tp].offset
