@@ -6,8 +6,8 @@ Start (docs/control-plane.md "Start-up order"):
 1. raise the soft open-files limit to the hard one and split it (storage/descriptors.py): the
    log file cache's size and the replica capacity told at registration; open the data dir
    (storage LogManager: recovery after a crash, identity check);
-2. listen for Kafka requests on each listener, EXTERNAL and, if configured, INTERNAL (the
-   controller connects to INTERNAL if we have it, else EXTERNAL, right after our registration);
+2. listen for Kafka requests on each listener (listeners.py; TLS on SSL ones, tls.py); the
+   controller connects to our control-plane listener right after our registration;
 3. register with the controller (our generation), then heartbeat in the background;
 4. a storage task fsyncs due logs off the event loop and writes checkpoints; the ISR task
    (isr_task.py) shrinks and expands the ISRs we lead through AlterPartition; the cleaner task
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -36,7 +37,7 @@ from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.topic_names import valid_topic_name
 
 from .clock import monotonic_ms, wall_clock_ms
-from .config import EXTERNAL_LISTENER, INTERNAL_LISTENER, BrokerConfig, parse_host_port
+from .config import BrokerConfig, parse_host_port
 from .control_hold import ControlHold, HoldAction, Judge
 from .controller_link import ControllerLink, ControllerLinkClosed, ControllerUnavailable
 from .fencing import ControlEpochs
@@ -51,11 +52,12 @@ from .parts import BrokerParts
 from .producer_ids import ProducerIdAllocator
 from .read_path import ReadPath
 from .replicas import FsyncFailed, ReplicaManager
-from .server import KafkaServer, ServerLimits
+from .server import KafkaServer, ServerLimits, TlsServing
 from .storage import LogManager
 from .storage.cleaner import CleanerSettings, LogCleaner
 from .storage.descriptors import Budget, budget, raise_soft_limit
 from .storage.durability import durable_write_error
+from .tls import client_context, server_context
 from .txn.coordinator import TxnCoordinator
 
 log = logging.getLogger("epochlog.broker")
@@ -80,7 +82,7 @@ class Broker:
         self.replicas: ReplicaManager | None = None
         self.producer_ids: ProducerIdAllocator | None = None
         self.servers: dict[str, KafkaServer] = {}  # listener name -> its server
-        self.server: KafkaServer | None = None  # the EXTERNAL one (metrics)
+        self.server: KafkaServer | None = None  # the first-named listener's (metrics)
         self.controller: ControllerLink | None = None
         self.isr: IsrManager | None = None
         self.fetchers: ReplicaFetcherManager | None = None
@@ -88,9 +90,13 @@ class Broker:
         self.groups: GroupCoordinator | None = None  # consumer groups (groups/coordinator.py)
         self.txns: TxnCoordinator | None = None  # transactions (txn/coordinator.py)
         self.read_path: ReadPath | None = None  # the fetch path's state (handlers/fetch.py)
-        # Listener name -> advertised (host, port), EXTERNAL first: what we register.
+        # Listener name -> advertised (host, port), the control-plane one first: what we
+        # register.
         self.listeners: dict[str, tuple[str, int]] = {}
-        self.advertised: tuple[str, int] = ("", 0)  # the EXTERNAL listener's
+        self.advertised: tuple[str, int] = ("", 0)  # the first-named listener's
+        # TLS to other brokers, when the inter-broker listener is SSL (tls.py); else None.
+        self.inter_broker_tls: ssl.SSLContext | None = None
+        self._server_tls: TlsServing | None = None  # the SSL listeners' (tls.py)
         self.fatal = asyncio.Event()
         # Control requests wait here while our generation is not confirmed (epochs.must_wait).
         self.hold: ControlHold[asyncio.Future[bool]] = ControlHold(
@@ -123,8 +129,9 @@ class Broker:
                                          clock=monotonic_ms,
                                          replica_capacity=spend.replica_capacity)
         self.replicas.on_offline_change = self.controller.heartbeat_soon
+        self._load_tls()
         parts = BrokerParts(self.broker_id, self.config, self.epochs, self.metadata,
-                            self.replicas, self.controller, self.spawn)
+                            self.replicas, self.controller, self.spawn, self.inter_broker_tls)
         self.isr = IsrManager(self.broker_id, monotonic_ms,
                               lag_time_max_ms=self.config.replica_lag_time_max_ms,
                               retry_backoff_ms=self.config.isr_retry_backoff_ms,
@@ -194,16 +201,30 @@ class Broker:
 
     async def _listen(self) -> None:
         """One KafkaServer per listener; each advertised address is known once bound."""
-        limits = ServerLimits(frame_bytes_max=self.config.frame_bytes_max,
-                              connections_max=self.config.connections_max,
-                              idle_ms_max=self.config.connection_idle_ms_max)
-        for name, (host, port) in self.config.listener_addresses.items():
-            server = KafkaServer(self, limits, observer=self.stats, listener=name)
-            self.servers[name] = server  # before binding, so stop() closes what was opened
-            _, bound = await server.start(host, port)
-            self.listeners[name] = self.config.advertised_address(bound, name)
-        self.server = self.servers[EXTERNAL_LISTENER]
-        self.advertised = self.listeners[EXTERNAL_LISTENER]
+        c = self.config
+        limits = ServerLimits(frame_bytes_max=c.frame_bytes_max,
+                              connections_max=c.connections_max,
+                              idle_ms_max=c.connection_idle_ms_max)
+        plan = c.listener_plan
+        tls = self._server_tls
+        for lst in plan.listeners:
+            server = KafkaServer(self, limits, observer=self.stats, listener=lst.name,
+                                 tls=tls if lst.tls else None)
+            self.servers[lst.name] = server  # before binding, so stop() closes what was opened
+            _, bound = await server.start(lst.host, lst.port)
+            self.listeners[lst.name] = lst.advertised_address(bound)
+        self.server = self.servers[plan.client]
+        self.advertised = self.listeners[plan.client]
+
+    def _load_tls(self) -> None:
+        """The TLS contexts the listeners and the inter-broker dialers need (tls.py); a missing
+        or wrong file stops the start here, naming it."""
+        c, plan = self.config, self.config.listener_plan
+        if plan.tls:
+            self._server_tls = TlsServing(server_context(c.tls_files()),
+                                          c.ssl_handshake_timeout_ms, c.principal_rules())
+        if plan.named(plan.inter_broker).tls:
+            self.inter_broker_tls = client_context(c.tls_files())
 
     async def _serve_request_hooks(self) -> None:
         """Test-only request hooks (request_hooks.py), on every listener; their control on
@@ -244,12 +265,13 @@ class Broker:
 
     def _replica_fetchers(self, replicas: ReplicaManager) -> ReplicaFetcherManager:
         """Follower fetchers (fetcher.py), told of every partition state the replica manager
-        applies; they reach leaders at their INTERNAL endpoint (docs/control-plane.md)."""
+        applies; they reach leaders at their inter-broker listener (over TLS if it is SSL)."""
         c = self.config
+        inter_broker = c.listener_plan.inter_broker
 
         def resolve(broker_id: int) -> tuple[str, int] | None:
             info = self.metadata.brokers.get(broker_id)
-            return info.endpoint(INTERNAL_LISTENER) if info is not None else None
+            return info.endpoint(inter_broker) if info is not None else None
 
         fetchers = ReplicaFetcherManager(
             self.broker_id, monotonic_ms,
@@ -258,7 +280,8 @@ class Broker:
                             max_wait_ms=c.replica_fetch_wait_max_ms,
                             backoff_ms=c.replica_fetch_backoff_ms,
                             message_max_bytes=c.message_max_bytes),
-            resolve=resolve, poke=replicas.poke, spawn=self.spawn)
+            resolve=resolve, poke=replicas.poke, spawn=self.spawn,
+            tls=self.inter_broker_tls)
         replicas.partition_listeners.append(fetchers.on_partition)
         return fetchers
 

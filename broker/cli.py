@@ -24,7 +24,8 @@ from typing import Any
 
 from epochlog.settings import SettingsError, add_settings_arguments, load_from_args, setup_logging
 
-from .config import INTERNAL_LISTENER, BrokerConfig
+from .config import BrokerConfig
+from .listeners import Listener, SecurityProtocol
 
 log = logging.getLogger("epochlog.broker")
 EXIT_BAD_SETTINGS, EXIT_START_FAILED, EXIT_FATAL = 2, 1, 70
@@ -69,13 +70,27 @@ def run(args: argparse.Namespace) -> int:
     return uvloop.run(serve(config))
 
 
-def _internal_note(listeners: dict[str, tuple[str, int]], config: BrokerConfig) -> str:
-    """The INTERNAL listener for the start line: at its end, so tools reading the EXTERNAL
-    "(advertised HOST:PORT), generation G" part keep working."""
-    if INTERNAL_LISTENER not in listeners:
-        return ""
-    host, port = listeners[INTERNAL_LISTENER]
-    return f", internal listener on {config.internal_listen} (advertised {host}:{port})"
+def _bind(lst: Listener) -> str:
+    return f"{lst.host}:{lst.port}"
+
+
+def _other_listeners_note(listeners: dict[str, tuple[str, int]], config: BrokerConfig) -> str:
+    """The listeners besides the first-named for the start line: at its end, so tools reading
+    the first's "(advertised HOST:PORT), generation G" part keep working. INTERNAL reads
+    "internal listener on ...", as it always did."""
+    plan = config.listener_plan
+    notes = []
+    for lst in plan.listeners:
+        if lst.name == plan.client:
+            continue
+        host, port = listeners[lst.name]
+        tls = "" if lst.protocol is SecurityProtocol.PLAINTEXT else f" over {lst.protocol.name}"
+        notes.append(f", {lst.name.lower()} listener on {_bind(lst)} (advertised {host}:{port})"
+                     f"{tls}")
+    first = plan.named(plan.client)
+    if first.protocol is not SecurityProtocol.PLAINTEXT:
+        notes.append(f"; {first.name} is {first.protocol.name}")
+    return "".join(notes)
 
 
 def log_tasks() -> None:
@@ -113,10 +128,11 @@ async def serve(config: BrokerConfig) -> int:
         await broker.stop(controlled=False)
         return EXIT_START_FAILED
     host, port = broker.advertised
+    plan = config.listener_plan
     log.info("broker %d (rack %s) listening on %s (advertised %s:%d), generation %d, "
-             "controller %s, data dir %s%s", config.broker_id, config.rack or "-", config.listen,
-             host, port, starting.result(), config.controller, config.data_dir,
-             _internal_note(broker.listeners, config))
+             "controller %s, data dir %s%s", config.broker_id, config.rack or "-",
+             _bind(plan.named(plan.client)), host, port, starting.result(), config.controller,
+             config.data_dir, _other_listeners_note(broker.listeners, config))
     waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(broker.fatal.wait())]
     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
     for w in waits:

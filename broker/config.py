@@ -6,13 +6,12 @@ file is opened. Names follow Kafka's broker settings in snake_case where one exi
 (`auto.create.topics.enable` -> `auto_create_topics_enable`, `log.segment.bytes` ->
 `log_segment_bytes`, ...).
 
-Listeners, as Kafka's `listeners` / `advertised.listeners` (docs/control-plane.md "Listeners"):
-`listen` is where the broker binds for clients and `advertised` where clients reach it (listener
-EXTERNAL). An optional second listener, `internal_listen` / `internal_advertised` (listener
-INTERNAL), is for traffic inside the cluster: the controller's control requests and, later,
-followers' fetches. Inside containers the two differ: clients on the host reach `localhost:19092`,
-the controller reaches `broker1:9091`. Without `internal_listen` there is one listener, EXTERNAL,
-used for everything. Each `*_advertised` defaults to its listen address with the port bound.
+Listeners (listeners.py, docs/security.md): Kafka's `listeners`, `advertised.listeners`,
+`listener.security.protocol.map`, `inter.broker.listener.name` and `control.plane.listener.name`,
+or epochlog's older `listen`/`advertised` (listener EXTERNAL) with an optional
+`internal_listen`/`internal_advertised` (listener INTERNAL, for the controller and other brokers;
+docs/control-plane.md "Listeners"). Either form becomes one `ListenerPlan` (`listener_plan`),
+which is all the rest of the broker reads. SSL listeners take the `ssl_*` settings (tls.py).
 """
 
 from __future__ import annotations
@@ -21,35 +20,55 @@ from typing import Annotated
 
 import msgspec
 
+from .listeners import (
+    EXTERNAL_LISTENER,
+    INTERNAL_LISTENER,
+    ListenerPlan,
+    ListenerSettings,
+    parse_host_port,
+    plan_listeners,
+)
+from .principal import Rule, parse_rules
 from .replica_selector import selector_for
 from .storage import LogConfig, LogConfigError
+from .tls import CLIENT_AUTH, TlsFiles
 
 MS_PER_DAY = 24 * 60 * 60 * 1000
 # Producer ids are (broker id << 40) | counter (see producer_ids.py), so ids must stay below 2**23
 # for every producer id to fit an int64.
 BROKER_ID_MAX = (1 << 23) - 1
 
-EXTERNAL_LISTENER = "EXTERNAL"  # clients; always present, registered first
-INTERNAL_LISTENER = "INTERNAL"  # the controller and other brokers, when configured
-WILDCARD_HOSTS = ("0.0.0.0", "::", "")
-
-
-def parse_host_port(text: str, name: str) -> tuple[str, int]:
-    """'HOST:PORT' -> (host, port); raises ValueError starting with the setting's name."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{name}: expected HOST:PORT with a port 0-65535, got {text!r}")
-    return host.strip("[]"), int(port)
+LISTEN_DEFAULT = "127.0.0.1:9092"
+SSL_STORE_TYPES = ("PEM",)  # Python's ssl reads PEM; JKS and PKCS12 are Java's stores
 
 
 class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
     broker_id: Annotated[int, msgspec.Meta(ge=0, le=BROKER_ID_MAX)]
     data_dir: str
     rack: str = ""  # empty: no rack
-    listen: str = "127.0.0.1:9092"
+    # Listeners, Kafka's form (listeners.py); when `listeners` is set, the older four below
+    # stay unset.
+    listeners: str = ""  # NAME://HOST:PORT,...; empty: the older settings below
+    advertised_listeners: str = ""  # NAME://HOST:PORT,...; a name left out: its bind address
+    listener_security_protocol_map: str = ""  # NAME:PROTOCOL,...; empty: Kafka's default
+    inter_broker_listener_name: str = ""  # empty: PLAINTEXT (Kafka's), or the only listener
+    control_plane_listener_name: str = ""  # KIP-291; empty: the inter-broker listener
+    # The older form: listener EXTERNAL, and INTERNAL when internal_listen is set.
+    listen: str = LISTEN_DEFAULT
     advertised: str = ""  # empty: the listen address (with the port actually bound)
     internal_listen: str = ""  # a second listener for the cluster's own traffic; empty: none
     internal_advertised: str = ""  # empty: the internal listen address (port bound)
+    # TLS on SSL listeners and to other brokers' SSL listeners (tls.py), Kafka's names.
+    ssl_keystore_type: str = "PEM"
+    ssl_keystore_location: str = ""  # PEM: private key, then the certificate chain
+    ssl_key_password: str = ""  # never logged
+    ssl_truststore_type: str = "PEM"
+    ssl_truststore_location: str = ""  # PEM CA certificates; empty: the system's
+    ssl_client_auth: str = "none"  # none | requested | required (mutual TLS)
+    ssl_endpoint_identification_algorithm: str = "https"  # https: check names; "": do not
+    ssl_principal_mapping_rules: str = "DEFAULT"  # principal.py
+    # A TLS handshake not finished in this time closes the connection.
+    ssl_handshake_timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=600_000)] = 10_000
     controller: str = "127.0.0.1:9093"
     cluster_id: str = "epochlog"
     metrics_listen: str = ""  # Prometheus /metrics on HOST:PORT; empty: off
@@ -149,10 +168,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
     def __post_init__(self) -> None:
         if not self.data_dir:
             raise ValueError("data_dir: must not be empty")
-        parse_host_port(self.listen, "listen")
         parse_host_port(self.controller, "controller")
-        _check_advertised(self.advertised, "advertised")
-        self._check_internal()
+        self._check_listeners()
         if self.metrics_listen:
             parse_host_port(self.metrics_listen, "metrics_listen")
         if self.request_hooks_listen:
@@ -171,15 +188,52 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
         self.log_config()  # refuses a bad log_* setting, naming it
         selector_for(self.replica_selector_class)  # refuses an unknown selector, naming it
 
-    def _check_internal(self) -> None:
-        if not self.internal_listen:
-            if self.internal_advertised:
-                raise ValueError("internal_advertised: needs internal_listen")
+    def _check_listeners(self) -> None:
+        older = {"listen": self.listen != LISTEN_DEFAULT, "advertised": bool(self.advertised),
+                 "internal_listen": bool(self.internal_listen),
+                 "internal_advertised": bool(self.internal_advertised)}
+        if self.listeners and any(older.values()):
+            name = next(n for n, set_ in older.items() if set_)
+            raise ValueError(f"{name}: set listeners (Kafka's form) or listen/advertised/"
+                             f"internal_listen, not both")
+        plan = self.listener_plan
+        if not plan.tls:
             return
-        host, port = parse_host_port(self.internal_listen, "internal_listen")
-        if port != 0 and (host, port) == self.listen_address:
-            raise ValueError("internal_listen: must differ from listen (one port, one listener)")
-        _check_advertised(self.internal_advertised, "internal_advertised")
+        for name, value in (("ssl_keystore_type", self.ssl_keystore_type),
+                            ("ssl_truststore_type", self.ssl_truststore_type)):
+            if value.upper() not in SSL_STORE_TYPES:
+                raise ValueError(f"{name}: only PEM is supported (Python's ssl module reads "
+                                 f"PEM files), got {value!r}")
+        if not self.ssl_keystore_location:
+            raise ValueError("ssl_keystore_location: an SSL listener needs the broker's key and "
+                             "certificate chain (one PEM file)")
+        if self.ssl_client_auth not in CLIENT_AUTH:
+            raise ValueError(f"ssl_client_auth: one of {', '.join(CLIENT_AUTH)}, got "
+                             f"{self.ssl_client_auth!r}")
+        if self.ssl_endpoint_identification_algorithm.lower() not in ("https", ""):
+            raise ValueError("ssl_endpoint_identification_algorithm: https or empty")
+        self.principal_rules()
+
+    @property
+    def listener_plan(self) -> ListenerPlan:
+        """The listeners, parsed once per distinct settings (listeners.py caches the plan)."""
+        return plan_listeners(ListenerSettings(
+            listeners=self.listeners, advertised_listeners=self.advertised_listeners,
+            listener_security_protocol_map=self.listener_security_protocol_map,
+            inter_broker_listener_name=self.inter_broker_listener_name,
+            control_plane_listener_name=self.control_plane_listener_name,
+            listen=self.listen, advertised=self.advertised,
+            internal_listen=self.internal_listen, internal_advertised=self.internal_advertised))
+
+    def tls_files(self) -> TlsFiles:
+        return TlsFiles(keystore=self.ssl_keystore_location,
+                        truststore=self.ssl_truststore_location,
+                        key_password=self.ssl_key_password, client_auth=self.ssl_client_auth,
+                        check_hostname=self.ssl_endpoint_identification_algorithm.lower()
+                        == "https")
+
+    def principal_rules(self) -> tuple[Rule, ...]:
+        return parse_rules(self.ssl_principal_mapping_rules)
 
     def log_config(self) -> LogConfig:
         pairs = (("log_segment_bytes", "segment_bytes"), ("log_segment_ms", "segment_ms"),
@@ -197,10 +251,6 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
             raise ValueError(f"{ours}: {exc}") from None
 
     @property
-    def listen_address(self) -> tuple[str, int]:
-        return parse_host_port(self.listen, "listen")
-
-    @property
     def controller_address(self) -> tuple[str, int]:
         return parse_host_port(self.controller, "controller")
 
@@ -210,34 +260,8 @@ class BrokerConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, fro
             else None
 
     @property
-    def listener_addresses(self) -> dict[str, tuple[str, int]]:
-        """Listener name -> where to bind, EXTERNAL first (the registration order)."""
-        listeners = {EXTERNAL_LISTENER: self.listen_address}
-        if self.internal_listen:
-            listeners[INTERNAL_LISTENER] = parse_host_port(self.internal_listen,
-                                                           "internal_listen")
-        return listeners
-
-    def advertised_address(self, bound_port: int,
-                           listener: str = EXTERNAL_LISTENER) -> tuple[str, int]:
-        """Where others reach a listener: its advertised setting, else its listen host with
-        the port bound."""
-        if listener == INTERNAL_LISTENER:
-            advertised, (host, _) = self.internal_advertised, self.listener_addresses[listener]
-            name = "internal_advertised"
-        else:
-            advertised, (host, _), name = self.advertised, self.listen_address, "advertised"
-        if advertised:
-            return parse_host_port(advertised, name)
-        if host in WILDCARD_HOSTS:
-            host = "127.0.0.1"  # a wildcard is no address to give out; set the advertised one
-        return host, bound_port
-
-    @property
     def rack_or_none(self) -> str | None:
         return self.rack or None
 
 
-def _check_advertised(text: str, name: str) -> None:
-    if text and parse_host_port(text, name)[1] == 0:
-        raise ValueError(f"{name}: needs a real port, not 0")
+__all__ = ["EXTERNAL_LISTENER", "INTERNAL_LISTENER", "BrokerConfig", "parse_host_port"]

@@ -2,10 +2,11 @@
 
 Theory of operation
 -------------------
-1. `register()` sends BrokerRegistration (v2) with our id, rack, advertised listeners (EXTERNAL
-   first, then INTERNAL if we have one: the controller sends its control requests to INTERNAL
-   when it is there), an incarnation id made new at every process start and the generation our
-   data dir shut down cleanly from (KIP-966; -1 after a crash), until the controller answers;
+1. `register()` sends BrokerRegistration (v2) with our id, rack, advertised listeners with their
+   security protocols (the control-plane listener first: the controller sends its control
+   requests to the first, listeners.py), an incarnation id made new at every process start and
+   the generation our data dir shut down cleanly from (KIP-966; -1 after a crash), until the
+   controller answers;
    the answer's broker epoch is our generation (KIP-380).
 2. `run()` heartbeats, starting right after registration. Each heartbeat lists our offline
    replicas (v1's offline_log_dirs, one directory id per partition: replicas.py's storage
@@ -192,11 +193,14 @@ class ControllerLink:
     # ------------------------------------------------------------------------- registration
     def _registration(self) -> BrokerRegistrationRequest:
         assert self.listeners, "a broker registers at least one listener"
+        plan = self.config.listener_plan
         return BrokerRegistrationRequest(
             broker_id=self.config.broker_id, cluster_id=self.config.cluster_id,
             incarnation_id=self.incarnation_id, rack=self.config.rack_or_none,
-            listeners=[BrokerRegistrationListener(name=name, host=host, port=port)
-                       for name, (host, port) in self.listeners.items()],
+            listeners=[BrokerRegistrationListener(
+                name=name, host=host, port=port,
+                security_protocol=int(plan.named(name).protocol))
+                for name, (host, port) in self.listeners.items()],
             previous_broker_epoch=self.previous_broker_epoch,
             replica_capacity=self.replica_capacity)
 

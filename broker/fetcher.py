@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
@@ -64,11 +65,13 @@ class _Source:
 class ReplicaFetcherManager:
     def __init__(self, broker_id: int, clock: Callable[[], int], settings: FetcherSettings, *,
                  resolve: Callable[[int], tuple[str, int] | None],
-                 poke: Callable[[TopicPartition], None], spawn: Spawn | None = None) -> None:
+                 poke: Callable[[TopicPartition], None], spawn: Spawn | None = None,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.broker_id = broker_id
+        self.tls = tls  # the inter-broker listener is SSL: dial leaders with this context
         self.clock = clock
         self.settings = settings
-        self.resolve = resolve  # source broker id -> its INTERNAL (host, port), if known
+        self.resolve = resolve  # source broker id -> its inter-broker (host, port), if known
         self.poke = poke
         self.spawn = spawn or (lambda coro, name: asyncio.get_running_loop().create_task(
             coro, name=name))
@@ -174,6 +177,7 @@ class ReplicaFetcherManager:
                                               self.settings.message_max_bytes)
                           + FRAME_BYTES_MAX_EXTRA,
                           in_flight_max=1, connect_timeout_ms=CONNECT_TIMEOUT_MS,
+                          ssl_context=self.tls,
                           request_timeout_ms=self.settings.max_wait_ms + REQUEST_TIMEOUT_MARGIN_MS)
         try:
             await conn.connect()

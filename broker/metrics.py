@@ -69,11 +69,17 @@ class BrokerCollector:
                                        "Request bytes received, by listener.", labels=["listener"])
         bytes_out = CounterMetricFamily("epochlog_broker_bytes_out",
                                         "Answer bytes sent, by listener.", labels=["listener"])
+        failed = CounterMetricFamily("epochlog_broker_tls_handshake_failures",
+                                     "TLS handshakes that failed (or never finished), by SSL "
+                                     "listener.", labels=["listener"])
         for name, server in dict(b.servers).items():
             bytes_in.add_metric([name], server.bytes_in_total)
             bytes_out.add_metric([name], server.bytes_out_total)
+            if server.tls is not None:
+                failed.add_metric([name], server.handshake_failures_total)
         yield bytes_in
         yield bytes_out
+        yield failed
         yield _gauge("epochlog_broker_generation", "This broker's generation (broker epoch).",
                      b.epochs.generation)
         yield _gauge("epochlog_broker_controller_epoch", "Highest controller epoch accepted.",

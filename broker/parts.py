@@ -9,6 +9,7 @@ back up from them to the app, and a reader sees at construction what each one ma
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 from .config import BrokerConfig
@@ -28,3 +29,5 @@ class BrokerParts:
     replicas: ReplicaManager  # the partitions this broker holds
     controller: ControllerLink  # admin requests (topic creation) and AlterPartition
     spawn: Spawn  # run a coroutine as one of the broker's tasks; its failure stops the broker
+    # Dial other brokers' inter-broker listener with this when it is SSL (tls.py); else None.
+    inter_broker_tls: ssl.SSLContext | None = None

@@ -18,16 +18,29 @@ Bad input never takes the process down: an unknown API key, a version no handler
 frame that does not decode, or a handler that fails closes that one connection with one log line
 naming the peer and the reason (after answering the requests received before it). ApiVersions at
 an unknown version is the exception: it is answered with UNSUPPORTED_VERSION and our ranges in a
-v0 body (KIP-511). A peer that half-closes still gets the answers to what it sent.
+v0 body (KIP-511). A peer that half-closes still gets the answers to what it sent (over plaintext:
+TLS has no half-close).
 
 Limits: `frame_bytes_max` (Kafka's socket.request.max.bytes), `connections_max`,
 `idle_ms_max` (connections.max.idle.ms, enforced by a sweeper rather than a timer per read), the
 queue bounds above, and `write_buffer_bytes_max` (answers waiting for the socket).
 
-One server serves one listener (EXTERNAL or INTERNAL, see config.py); a broker with two listeners
-runs two. Each request's context names the listener it arrived on, so that Metadata can answer
-with that listener's addresses (Kafka's rule). Limits and byte counts are per listener; the
-observer (metrics) is told the listener of each request.
+One server serves one listener (listeners.py); a broker with two listeners runs two. Each
+request's context names the listener it arrived on, so that Metadata can answer with that
+listener's addresses (Kafka's rule), and the connection's principal. Limits and byte counts are
+per listener; the observer (metrics) is told the listener of each request.
+
+TLS (an SSL listener, tls.py): the server accepts sockets itself and hands each to
+`loop.connect_accepted_socket` with the TLS context, in a task of its own, bounded by the
+handshake timeout; connections still in their handshake count against `connections_max` like
+the others (asyncio's own TLS server would not say they exist). A peer that fails the handshake
+(plaintext on this port, an untrusted or missing client certificate when one is required, no
+handshake at all) is closed with one INFO line, at most one per HANDSHAKE_FAILURE_LOG_MS per
+listener, the next one counting those left unsaid (Kafka logs each failed SSL authentication at
+INFO; a flood of them must not flood the log). Once connected, the principal comes from the
+client's certificate; a DN no mapping rule applies to is refused (closed), as Kafka refuses it.
+A TLS client talking to a plaintext port sends what reads as a frame of absurd size, and is
+closed like any bad frame.
 """
 
 from __future__ import annotations
@@ -35,6 +48,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import socket
+import ssl
 import struct
 import sys
 import time
@@ -55,6 +70,8 @@ from .config import EXTERNAL_LISTENER
 from .handlers import REGISTRY
 from .handlers import api_versions as api_versions_handler
 from .handlers._context import RequestContext
+from .principal import ANONYMOUS, Rule
+from .tls import NoMatchingRule, principal_of
 
 if TYPE_CHECKING:
     from .handlers._context import BrokerApp
@@ -63,6 +80,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("epochlog.server")
 
 _SIZE = struct.Struct(">i")
+BACKLOG = 100  # asyncio's create_server default, for the SSL listeners' own sockets
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,18 @@ class ServerLimits:
     write_buffer_bytes_max: int = 4 * 1024 * 1024  # answers queue to the socket up to this
     requests_queued_max: int = 16  # whole requests read ahead of the one being handled
     queued_bytes_max: int = 16 * 1024 * 1024  # ... and their bytes (one bigger frame may pass)
+
+
+@dataclass(frozen=True)
+class TlsServing:
+    """An SSL listener's TLS: its context, the handshake's bound, the principal mapping."""
+    context: ssl.SSLContext
+    handshake_timeout_ms: int
+    rules: tuple[Rule, ...]
+
+
+HANDSHAKE_FAILURE_LOG_MS = 1000  # at most one line per listener this often; the rest counted
+ACCEPT_RETRY_MS = 100  # after accept() failed (out of descriptors): try again this much later
 
 
 class _Closing(Exception):
@@ -92,6 +122,7 @@ class _Connection(asyncio.BufferedProtocol):
         self.server = server
         self.limits = server.limits
         self.peer = "?"
+        self.principal = ANONYMOUS
         self.last_active = time.monotonic()
         self.transport: asyncio.Transport | None = None
         self._frames = FrameReceiver(self.limits.frame_bytes_max)
@@ -116,9 +147,26 @@ class _Connection(asyncio.BufferedProtocol):
             self._lost = True
             transport.abort()
             return
+        if self.server.tls is not None and not self._identify(transport):
+            return
         conns.add(self)
         transport.set_write_buffer_limits(high=self.limits.write_buffer_bytes_max)
         self.task = asyncio.get_running_loop().create_task(self._serve())
+
+    def _identify(self, transport: asyncio.Transport) -> bool:
+        """The principal of a TLS connection; False (closed) if no mapping rule applies."""
+        assert self.server.tls is not None
+        try:
+            self.principal = principal_of(transport, self.server.tls.rules)
+        except NoMatchingRule as exc:
+            log.warning("refusing TLS connection from %s on %s: %s", self.peer,
+                        self.server.listener, exc)
+            self._lost = True
+            transport.abort()
+            return False
+        log.debug("TLS connection from %s on %s: principal %s", self.peer, self.server.listener,
+                  self.principal)
+        return True
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._frames.get_buffer()
@@ -141,7 +189,9 @@ class _Connection(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         self._push(_EOF, 0)
-        return True  # keep the transport open to write the answers
+        # Keep the transport open to write the answers; TLS has no half-close (asyncio closes
+        # a TLS transport at the peer's close_notify whatever this returns), so there: closed.
+        return self.server.tls is None
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
@@ -202,7 +252,7 @@ class _Connection(asyncio.BufferedProtocol):
                     break
                 if isinstance(item, _Closing):
                     raise item
-                answer = await server.answer(memoryview(item), self.peer)
+                answer = await server.answer(memoryview(item), self.peer, self.principal)
                 if sys.getrefcount(item) == 2:  # no view of it left (item, the argument):
                     self._frames.recycle(item)  # its memory takes the next large frame
                 if self._lost or transport.is_closing():  # closed meanwhile (stop(), idle sweep)
@@ -231,9 +281,11 @@ class _Connection(asyncio.BufferedProtocol):
 
 class KafkaServer:
     def __init__(self, app: BrokerApp, limits: ServerLimits | None = None,
-                 observer: Observer | None = None, listener: str = EXTERNAL_LISTENER) -> None:
+                 observer: Observer | None = None, listener: str = EXTERNAL_LISTENER,
+                 tls: TlsServing | None = None) -> None:
         self.app = app
         self.listener = listener
+        self.tls = tls
         self.limits = limits or ServerLimits()
         self.observer = observer
         self.bytes_in_total = 0
@@ -241,21 +293,90 @@ class KafkaServer:
         self.requests_total = 0
         self.conns: set[_Connection] = set()
         self.hooks: RequestHooks | None = None  # test-only request hooks, when switched on
+        self.handshakes: set[asyncio.Task[None]] = set()  # TLS handshakes under way
+        self.handshake_failures_total = 0
+        self._failures_unsaid = 0  # since the last line about them
+        self._failure_said_at = -float("inf")  # monotonic seconds
         self._server: asyncio.base_events.Server | None = None
+        self._tls_socket: socket.socket | None = None  # an SSL listener's, accepted by us
+        self._acceptor: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
 
     async def start(self, host: str, port: int) -> tuple[str, int]:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: _Connection(self), host, port)
+        if self.tls is None:
+            self._server = await loop.create_server(lambda: _Connection(self), host, port)
+            bound = self._server.sockets[0].getsockname()
+        else:
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            sock = self._tls_socket = socket.create_server((host, port), family=family,
+                                                           backlog=BACKLOG)
+            sock.setblocking(False)
+            self._acceptor = loop.create_task(self._accept(sock))
+            bound = sock.getsockname()
         self._sweeper = loop.create_task(self._sweep_idle())
-        bound = self._server.sockets[0].getsockname()
         return bound[0], bound[1]
+
+    async def _accept(self, sock: socket.socket) -> None:
+        """An SSL listener's accept loop: each socket's handshake in a task of its own."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                accepted, address = await loop.sock_accept(sock)
+            except OSError as exc:  # out of descriptors: an operating limit, not a bug
+                log.warning("accepting on %s failed: %s; trying again in %d ms", self.listener,
+                            exc, ACCEPT_RETRY_MS)
+                await asyncio.sleep(ACCEPT_RETRY_MS / 1000)
+                continue
+            peer = f"{address[0]}:{address[1]}"
+            open_now = len(self.conns) + len(self.handshakes)
+            if open_now >= self.limits.connections_max:
+                log.warning("refusing connection from %s: %d connections open (limit)", peer,
+                            open_now)
+                accepted.close()
+                continue
+            task = loop.create_task(self._handshake(accepted, peer))
+            self.handshakes.add(task)
+            task.add_done_callback(self.handshakes.discard)
+
+    async def _handshake(self, sock: socket.socket, peer: str) -> None:
+        tls = self.tls
+        assert tls is not None
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                lambda: _Connection(self), sock, ssl=tls.context,
+                ssl_handshake_timeout=tls.handshake_timeout_ms / 1000)
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError are OSErrors
+            sock.close()
+            self.handshake_failed(peer, exc)
+
+    def handshake_failed(self, peer: str, exc: BaseException) -> None:
+        """One INFO line per HANDSHAKE_FAILURE_LOG_MS at most; the others are counted in it."""
+        self.handshake_failures_total += 1
+        now = time.monotonic()
+        if now - self._failure_said_at < HANDSHAKE_FAILURE_LOG_MS / 1000:
+            self._failures_unsaid += 1
+            return
+        more = f" ({self._failures_unsaid} more since the last such line)" \
+            if self._failures_unsaid else ""
+        log.info("TLS handshake from %s on %s failed: %s%s", peer, self.listener,
+                 _reason(exc), more)
+        self._failure_said_at, self._failures_unsaid = now, 0
 
     async def stop(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
         if self._server is not None:
             self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            await asyncio.gather(self._acceptor, return_exceptions=True)
+        if self._tls_socket is not None:
+            self._tls_socket.close()
+        handshakes = list(self.handshakes)
+        for handshake in handshakes:
+            handshake.cancel()
+        await asyncio.gather(*handshakes, return_exceptions=True)
         tasks = [c.task for c in self.conns if c.task is not None]
         for conn in list(self.conns):
             conn.close(abort=True)  # unsent answers are dropped: a peer that does not read
@@ -275,7 +396,8 @@ class KafkaServer:
                 log.info("closing idle connection from %s", conn.peer)
                 conn.close()
 
-    async def answer(self, frame_view: memoryview, peer: str) -> list[Buffer] | None:
+    async def answer(self, frame_view: memoryview, peer: str,
+                     principal: str = ANONYMOUS) -> list[Buffer] | None:
         """The framed answer to one request frame, as buffers to write in order, or None (no
         answer is due)."""
         # The codec reads through the buffer protocol: byte fields come out as views of the
@@ -301,7 +423,7 @@ class KafkaServer:
         except (DecodeError, UnsupportedVersion) as exc:
             raise _Closing(f"malformed {api.name} v{version} request: {exc}") from exc
         self.requests_total += 1
-        ctx = RequestContext(header, version, peer, self.app, self.listener)
+        ctx = RequestContext(header, version, peer, self.app, self.listener, principal)
         hooks = self.hooks
         try:
             if hooks is not None and key in hooks.armed:
@@ -317,6 +439,13 @@ class KafkaServer:
             return None
         header_bytes = encode_response_header(correlation_id, api.response_header_version(version))
         return framed_chunks(header_bytes, api, result, version)
+
+
+def _reason(exc: BaseException) -> str:
+    """An ssl error's reason ("TLSV13_ALERT_CERTIFICATE_REQUIRED"), else the exception."""
+    if isinstance(exc, ssl.SSLError) and exc.reason:
+        return str(exc.reason)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 Buffer = bytes | bytearray | memoryview

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .group import RebalanceListener as RebalanceListener
     from .producer import DeliveryFuture as DeliveryFuture
     from .producer import Producer as Producer
+    from .security import create_ssl_context as create_ssl_context
     from .types import FetchedBatch as FetchedBatch
     from .types import RecordMetadata as RecordMetadata
     from .types import TopicPartition as TopicPartition
@@ -42,7 +43,7 @@ _EXPORTS = {
     "Admin": "admin", "AlterConfigOp": "admin", "ConfigResource": "admin", "NewTopic": "admin",
     "Consumer": "consumer",
     "CommitFailedError": "group", "RebalanceListener": "group",
-    "DeliveryFuture": "producer", "Producer": "producer",
+    "DeliveryFuture": "producer", "Producer": "producer", "create_ssl_context": "security",
     "FetchedBatch": "types", "RecordMetadata": "types", "TopicPartition": "types",
     **{name: "errors" for name in (
         "BufferFullError", "FencedLeaderEpochError", "KafkaConnectionError", "KafkaError",

@@ -23,6 +23,7 @@ raise the first item's error unless `raise_errors=False`, when they return the e
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -92,6 +93,7 @@ from .offsets_lookup import (
     list_offsets,
     retrying,
 )
+from .security import context_for
 from .types import TopicPartition
 
 E = ErrorCode
@@ -186,11 +188,14 @@ class Admin:
                  socket_connection_setup_timeout_ms: int =
                  SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT,
                  socket_connection_setup_timeout_max_ms: int =
-                 SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT) -> None:
+                 SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT,
+                 security_protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.cluster = ClusterClient(
             bootstrap_servers, client_id=client_id, request_timeout_ms=request_timeout_ms,
             socket_connection_setup_timeout_ms=socket_connection_setup_timeout_ms,
-            socket_connection_setup_timeout_max_ms=socket_connection_setup_timeout_max_ms)
+            socket_connection_setup_timeout_max_ms=socket_connection_setup_timeout_max_ms,
+            ssl_context=context_for(security_protocol, ssl_context))
         self._timeout_ms = request_timeout_ms
         self._backoff_s = retry_backoff_ms / 1000
         self._groups = GroupAdmin(self.cluster, self._backoff_s)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -136,13 +137,15 @@ class ClusterClient:
                  SOCKET_CONNECTION_SETUP_TIMEOUT_MS_DEFAULT,
                  socket_connection_setup_timeout_max_ms: int =
                  SOCKET_CONNECTION_SETUP_TIMEOUT_MAX_MS_DEFAULT,
-                 in_flight_max: int | None = None) -> None:
+                 in_flight_max: int | None = None,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if not 0 < socket_connection_setup_timeout_ms <= socket_connection_setup_timeout_max_ms:
             raise ValueError("socket_connection_setup_timeout_ms must be positive and at most "
                              f"socket_connection_setup_timeout_max_ms, not "
                              f"{socket_connection_setup_timeout_ms} and "
                              f"{socket_connection_setup_timeout_max_ms}")
         self.bootstrap = parse_bootstrap(bootstrap)
+        self.ssl_context = ssl_context  # every connection is TLS when set (security.py)
         self.client_id = client_id
         self.request_timeout_ms = request_timeout_ms
         self.retry_backoff_ms = retry_backoff_ms
@@ -192,7 +195,8 @@ class ClusterClient:
         setup_ms *= 1 + random.uniform(-SETUP_TIMEOUT_JITTER, SETUP_TIMEOUT_JITTER)
         return await Connection(host, port, client_id=self.client_id,
                                 request_timeout_ms=self.request_timeout_ms,
-                                connect_timeout_ms=int(setup_ms), **extra).connect()
+                                connect_timeout_ms=int(setup_ms), ssl_context=self.ssl_context,
+                                **extra).connect()
 
     async def any_connection(self) -> Connection:
         """A connection to some broker: a known one if we have any, else a bootstrap server."""

@@ -44,6 +44,7 @@ import asyncio
 import collections
 import itertools
 import logging
+import ssl
 import struct
 import sys
 import time
@@ -141,16 +142,24 @@ class _Stream(asyncio.BufferedProtocol):
 
     def eof_received(self) -> bool:
         if self.conn._stream is self:
-            self.conn._fail("closed by the server")
+            self.conn._fail(self._closed_by_server())
         return False
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.conn._stream is self:
-            self.conn._fail("closed by the server" if exc is None
+            self.conn._fail(self._closed_by_server() if exc is None
                             else f"{type(exc).__name__}: {exc}")
         if not self.closed.done():
             self.closed.set_result(None)
         self.resume_writing()
+
+    def _closed_by_server(self) -> str:
+        """Over TLS 1.3 a broker that refuses our certificate (or its absence) does so after
+        our side of the handshake ended: we see the connection close before any answer."""
+        if self.conn.ssl_context is not None and not self.conn.server_versions:
+            return ("closed by the server before any answer (over TLS: does it require a "
+                    "client certificate, or not trust ours?)")
+        return "closed by the server"
 
     def pause_writing(self) -> None:
         if self.writable is None or self.writable.done():
@@ -166,8 +175,11 @@ class Connection:
                  frame_bytes_max: int = FRAME_BYTES_MAX_DEFAULT,
                  in_flight_max: int = IN_FLIGHT_MAX_DEFAULT,
                  request_timeout_ms: int = REQUEST_TIMEOUT_MS_DEFAULT,
-                 connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT) -> None:
+                 connect_timeout_ms: int = CONNECT_TIMEOUT_MS_DEFAULT,
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self.host = host
+        self.ssl_context = ssl_context  # TLS when set (security.py); the handshake is bounded
+        # by connect_timeout_ms with the connection itself
         self.port = port
         self.client_id = client_id
         self.frame_bytes_max = frame_bytes_max
@@ -224,7 +236,8 @@ class Connection:
         except TimeoutError as exc:
             if not setup.expired():  # ApiVersions' own request timeout came first
                 raise
-            step = "TCP connect" if self._transport is None else "ApiVersions"
+            step = "ApiVersions" if self._transport is not None else \
+                "TCP connect and TLS handshake" if self.ssl_context is not None else "TCP connect"
             reason = f"connection setup got no further than {step} in {timeout_s:.1f}s"
             self._fail(reason)
             if self._transport is not None:
@@ -237,8 +250,13 @@ class Connection:
 
     async def _set_up(self, negotiate: bool) -> None:
         loop = asyncio.get_running_loop()
-        transport, stream = await loop.create_connection(lambda: _Stream(self), self.host,
-                                                         self.port)
+        if self.ssl_context is None:
+            transport, stream = await loop.create_connection(lambda: _Stream(self), self.host,
+                                                             self.port)
+        else:  # the handshake is part of the setup, under its timeout
+            transport, stream = await loop.create_connection(
+                lambda: _Stream(self), self.host, self.port, ssl=self.ssl_context,
+                ssl_handshake_timeout=self.connect_timeout_ms / 1000)
         self._transport, self._stream = transport, stream
         self._closed_reason = None
         if negotiate:

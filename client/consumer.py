@@ -55,6 +55,7 @@ import asyncio
 import collections
 import logging
 import re
+import ssl
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Any, Literal, TypeVar
 
@@ -97,6 +98,7 @@ from .fast_records import decode_uniform
 from .fetcher import EARLIEST, LATEST, NO_EPOCH, NONE, PartitionState, State
 from .group import GroupMember, RebalanceListener
 from .offsets_lookup import ListOffsetsResult, list_offsets
+from .security import context_for
 from .types import ConsumerRecord, FetchedBatch, TopicPartition
 
 log = logging.getLogger("epochlog.consumer")
@@ -186,7 +188,9 @@ class Consumer:
                  max_poll_interval_ms: int = 300_000,
                  partition_assignment_strategy: Sequence[str] = ("range", "cooperative-sticky"),
                  enable_auto_commit: bool = True,
-                 auto_commit_interval_ms: int = 5_000) -> None:
+                 auto_commit_interval_ms: int = 5_000,
+                 security_protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         if group_id is None and group_instance_id is not None:
             raise ValueError("group_instance_id needs a group_id")
         if auto_offset_reset not in fetcher.RESET_POLICIES:
@@ -231,7 +235,8 @@ class Consumer:
                                       socket_connection_setup_timeout_ms=(
                                           socket_connection_setup_timeout_ms),
                                       socket_connection_setup_timeout_max_ms=(
-                                          socket_connection_setup_timeout_max_ms))
+                                          socket_connection_setup_timeout_max_ms),
+                                      ssl_context=context_for(security_protocol, ssl_context))
         self._states: dict[TopicPartition, PartitionState] = {}
         self._errors: dict[TopicPartition, tuple[str, int, int]] = {}
         # A corrupt batch found while decoding: raised by the next poll(), once (as Java's

@@ -546,7 +546,8 @@ class GroupMember:
             raise ConnectionError("the coordinator is not known")
         node, host, port = self._coordinator_addr
         conn = await Connection(host, port, client_id=self.cluster.client_id,
-                                request_timeout_ms=self.settings.request_timeout_ms).connect()
+                                request_timeout_ms=self.settings.request_timeout_ms,
+                                ssl_context=self.cluster.ssl_context).connect()
         if self._coordinator is not None or self._closed and \
                 self.machine.phase is Phase.CLOSED:
             await conn.close()  # another task connected meanwhile, or we are closed

@@ -67,6 +67,7 @@ import contextlib
 import itertools
 import logging
 import random
+import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from types import TracebackType
@@ -100,6 +101,7 @@ from .errors import (
 )
 from .partitioner import partition_for_key
 from .retriable import refresh_before_retry
+from .security import context_for
 from .transactions import TransactionManager, TxnState
 from .types import RecordMetadata, TopicPartition
 
@@ -203,7 +205,9 @@ class Producer:
                  key_serializer: Serializer | None = None,
                  value_serializer: Serializer | None = None,
                  transactional_id: str | None = None,
-                 transaction_timeout_ms: int = 60_000) -> None:
+                 transaction_timeout_ms: int = 60_000,
+                 security_protocol: str = "PLAINTEXT",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._acks = _parse_acks(acks)
         if transactional_id is not None:  # Java: transactions need idempotence, so acks=all
             if enable_idempotence is False:
@@ -255,7 +259,8 @@ class Producer:
                                      socket_connection_setup_timeout_ms=(
                                          socket_connection_setup_timeout_ms),
                                      socket_connection_setup_timeout_max_ms=(
-                                         socket_connection_setup_timeout_max_ms))
+                                         socket_connection_setup_timeout_max_ms),
+                                     ssl_context=context_for(security_protocol, ssl_context))
         self._in_flight_max = max_in_flight_requests_per_connection
         self._retries = retries
         self._retry_backoff_s = retry_backoff_ms / 1000

@@ -23,8 +23,6 @@ BROKER_STATES = (ALIVE, SHUTTING_DOWN, DEAD)
 
 NO_LEADER = -1
 LEADER_DURING_DELETE = -2  # in UpdateMetadata: the partition was deleted (Kafka's marker)
-# A broker's listener for traffic inside the cluster (docs/control-plane.md "Listeners").
-INTERNAL_LISTENER = "INTERNAL"
 
 
 @dataclass
@@ -53,12 +51,13 @@ class Broker:
 
     @property
     def endpoint(self) -> tuple[str, int]:
-        """Where the controller and other brokers reach this broker: its INTERNAL listener if
-        it registered one, else its first. Control requests go here, and LeaderAndIsr's
-        live_leaders name it (followers fetch from it)."""
-        chosen = next((lst for lst in self.listeners if lst.name == INTERNAL_LISTENER),
-                      self.listeners[0])
-        return chosen.host, chosen.port
+        """Where the controller reaches this broker: the listener it registered first, which a
+        broker makes its control-plane listener (broker/listeners.py: Kafka's
+        control.plane.listener.name, by default its inter-broker listener; INTERNAL when set
+        with the older internal_listen). Control requests go here, and LeaderAndIsr's
+        live_leaders name it (brokers find each other's inter-broker listener themselves)."""
+        first = self.listeners[0]
+        return first.host, first.port
 
     def describe_listeners(self) -> str:
         """'EXTERNAL localhost:19092, INTERNAL broker1:9091', for log lines."""

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     from epochlog.client import RebalanceListener as RebalanceListener
     from epochlog.client import RecordMetadata as RecordMetadata
     from epochlog.client import TopicPartition as TopicPartition
+    from epochlog.client import create_ssl_context as create_ssl_context
 
 _CLIENT_NAMES = ("Admin", "CommitFailedError", "Consumer", "KafkaError", "LogTruncationError",
-                 "NewTopic", "Producer", "RebalanceListener", "RecordMetadata", "TopicPartition")
+                 "NewTopic", "Producer", "RebalanceListener", "RecordMetadata", "TopicPartition",
+                 "create_ssl_context")
 
 __all__ = sorted(_CLIENT_NAMES)
 

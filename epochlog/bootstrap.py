@@ -4,7 +4,8 @@ In order, the first that gives an answer wins:
 1. `--bootstrap-server` on the command line;
 2. the environment variable EPOCHLOG_BOOTSTRAP_SERVERS (HOST:PORT[,HOST:PORT]);
 3. the cluster an `epochlog cluster up` runs from the current folder, asked through its control
-   socket (./.epochlog/cluster.sock, as `epochlog cluster status` finds it) within LOOKUP_S;
+   socket (./.epochlog/cluster.sock, as `epochlog cluster status` finds it) within LOOKUP_S
+   (under `--security ssl`, its brokers' plaintext CONTROLLER listeners: no TLS in the tools yet);
 4. 127.0.0.1:9092, what a plain `epochlog cluster up` gives.
 
 Whenever the choice is not the explicit flag, the tool says on stderr, in one line, which it took
@@ -43,6 +44,11 @@ def choose(flag: str | None, environ: Mapping[str, str], folder: Path) -> Choice
     try:
         answer = request(data_dir, {"op": "bootstrap"}, timeout_s=LOOKUP_S)
         servers = str(answer["bootstrap_servers"])
+        plaintext = str(answer.get("plaintext_servers") or servers)
+        if plaintext != servers:  # cluster up --security ssl; the tools have no TLS yet
+            return Choice(plaintext, f"bootstrap servers {plaintext} (the cluster running in "
+                                     f"{shown}: its plaintext CONTROLLER listeners, as the "
+                                     f"tools have no TLS yet)")
         return Choice(servers, f"bootstrap servers {servers} (the cluster running in {shown})")
     except NoCluster:
         why = f"no cluster runs in {shown}"

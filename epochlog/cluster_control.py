@@ -10,7 +10,8 @@ permissions guard it). A command (`epochlog cluster kill 2`) connects, sends one
 A socket file left by a `cluster up` that died is replaced by the next one; a live one (it
 answers) makes a second `cluster up` on the same data dir refuse to start. `bootstrap` answers
 only the bootstrap servers, without asking any node: what the other tools ask the folder's
-cluster (epochlog/bootstrap.py).
+cluster (epochlog/bootstrap.py); with them the plaintext ones, which differ in a cluster up with
+--security ssl (its CONTROLLER listeners), as the tools have no TLS yet.
 """
 
 from __future__ import annotations
@@ -118,7 +119,8 @@ class ControlServer:
         if op == "ping":
             return {"ok": True}
         if op == "bootstrap":
-            return {"ok": True, "bootstrap_servers": c.bootstrap_servers}
+            return {"ok": True, "bootstrap_servers": c.bootstrap_servers,
+                    "plaintext_servers": c.plaintext_servers}
         if op == "status":
             rows = [asdict(row) for row in c.status()]
             return {"ok": True, "nodes": rows, **self.extra_status()}

@@ -27,6 +27,15 @@ import struct
 from .errors import DecodeError, FrameTooLarge
 
 _SIZE = struct.Struct(">i")
+# A TLS record header (content type 22, handshake; version 3.x) read as a frame size: a TLS
+# client talking to a plaintext listener, said as such rather than as an absurd size.
+_TLS_HANDSHAKE_MASK, _TLS_HANDSHAKE = 0xFFFF0000, 0x16030000
+
+
+def too_large(size: int, frame_bytes_max: int) -> str:
+    hint = " (its first bytes are a TLS handshake: a TLS client on a plaintext listener?)" \
+        if size & _TLS_HANDSHAKE_MASK == _TLS_HANDSHAKE else ""
+    return f"frame of {size} bytes is over the limit of {frame_bytes_max} bytes{hint}"
 FRAME_BYTES_MAX_DEFAULT = 100 * 1024 * 1024  # Kafka's socket.request.max.bytes default
 
 
@@ -56,8 +65,7 @@ class FrameBuffer:
                 if size < 0:
                     raise DecodeError(f"negative frame size {size}", "frame.size")
                 if size > self.frame_bytes_max:
-                    raise FrameTooLarge(f"frame of {size} bytes is over the limit of "
-                                        f"{self.frame_bytes_max} bytes")
+                    raise FrameTooLarge(too_large(size, self.frame_bytes_max))
                 self._need = size
                 start += 4
             if len(buf) - start < self._need:
@@ -130,8 +138,7 @@ class FrameReceiver:
             if size < 0:
                 raise DecodeError(f"negative frame size {size}", "frame.size")
             if size > self.frame_bytes_max:
-                raise FrameTooLarge(f"frame of {size} bytes is over the limit of "
-                                    f"{self.frame_bytes_max} bytes")
+                raise FrameTooLarge(too_large(size, self.frame_bytes_max))
             if end - start - 4 >= size:
                 frames.append(scratch[start + 4:start + 4 + size])  # a copy: a new bytearray
                 start += 4 + size

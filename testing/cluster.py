@@ -46,6 +46,7 @@ from epochlog.protocol.error_codes import ErrorCode
 
 from . import hooks
 from . import network as net
+from .certs import ClusterCertificates, ensure_certificates
 from .cluster_base import ClusterBase, FaultEntry, FaultRecorder
 from .netns import NODES_MAX
 from .network import CLIENTS, NetworkFaultUnsupported
@@ -62,6 +63,11 @@ STATUS_ASK_S = 2.0  # status() is for people watching: a frozen node must not ho
 # Ports when a cluster gets its own addresses (namespaces): Kafka's and docker-compose's.
 NETNS_BROKER_PORT, NETNS_CONTROLLER_OFFSET, INTERNAL_OFFSET = 9092, 100, 200
 HOOKS_OFFSET = 300  # a broker's request hooks control: its port + this (fixed ports only)
+# "plaintext": one PLAINTEXT listener per broker. "ssl": clients reach brokers' SSL listener
+# (mutual TLS, certificates under base_dir/tls, certs.py), which is also the inter-broker one;
+# the controller and this harness use a PLAINTEXT listener named CONTROLLER (the controller's
+# link has no TLS yet), at the port the harness calls (`node.port`).
+SECURITY_MODES = ("plaintext", "ssl")
 
 _open: weakref.WeakSet[Cluster] = weakref.WeakSet()
 
@@ -90,9 +96,14 @@ class Cluster(ClusterBase):
                  internal_listener: bool = False, broker_args: Iterable[str] = (),
                  controller_args: Iterable[str] = (), start_timeout_s: float = START_S,
                  on_exit: Callable[[Node], None] | None = None,
-                 request_hooks: bool = False) -> None:
+                 request_hooks: bool = False, security: str = "plaintext") -> None:
         if not 1 <= brokers <= BROKERS_MAX:
             raise ValueError(f"brokers={brokers}: must be 1-{BROKERS_MAX}")
+        if security not in SECURITY_MODES:
+            raise ValueError(f"security={security!r}: one of {', '.join(SECURITY_MODES)}")
+        if security == "ssl" and internal_listener:
+            raise ValueError("security='ssl' gives brokers two listeners already (CONTROLLER, "
+                             "SSL); internal_listener is for plaintext clusters")
         racks = RACKS_DEFAULT if racks is None else racks
         broker_settings, controller_settings = route(settings)
         self._temp = base_dir is None
@@ -108,7 +119,11 @@ class Cluster(ClusterBase):
                              f"{NODES_MAX - 1} brokers (a link per pair of nodes)")
         self._closed = False
         self._started = False
-        ports = self._ports(brokers, port_base, internal_listener)
+        self.security = security
+        self.tls: ClusterCertificates | None = None
+        if security == "ssl":
+            self.tls = ensure_certificates(self.base_dir / "tls")
+        ports = self._ports(brokers, port_base, internal_listener or self.tls is not None)
         logs = self.base_dir / "logs"
         self.controller_node = ControllerNode(self.base_dir / "controller", ports["c"][0],
                                               logs / "controller.log")
@@ -120,6 +135,8 @@ class Cluster(ClusterBase):
                            self.base_dir / f"broker-{i}", ports[str(i)][0],
                            logs / f"broker-{i}.log",
                            ports[str(i)][1] if internal_listener else None)
+            if self.tls is not None:
+                b.tls_port, b.tls = ports[str(i)][1], self.tls
             b.settings = list(broker_settings)
             b.extra = list(broker_args)
             if request_hooks:
@@ -184,8 +201,8 @@ class Cluster(ClusterBase):
 
     @staticmethod
     def _node_ports(node: Node) -> list[int]:
-        internal = getattr(node, "internal_port", None)
-        return [node.port] + ([internal] if internal is not None else [])
+        second = getattr(node, "internal_port", None) or getattr(node, "tls_port", None)
+        return [node.port] + ([second] if second is not None else [])
 
     def _command(self, node: Node) -> list[str]:
         binds = {port: self.network.bind(node.key, port) for port in self._node_ports(node)}
@@ -261,8 +278,28 @@ class Cluster(ClusterBase):
 
     @property
     def bootstrap_servers(self) -> str:
-        """"HOST:PORT,..." of every broker, for any Kafka client."""
+        """"HOST:PORT,..." of every broker, for any Kafka client: their SSL listener in a
+        cluster made with security="ssl" (`client_settings` has the rest)."""
+        return ",".join(b.client_address for b in self.brokers.values())
+
+    @property
+    def plaintext_servers(self) -> str:
+        """"HOST:PORT,..." of every broker's plaintext listener: `bootstrap_servers` in a
+        plaintext cluster, the CONTROLLER listeners in an SSL one (what this harness and the
+        command-line tools use)."""
         return ",".join(b.address for b in self.brokers.values())
+
+    def client_settings(self) -> dict[str, str]:
+        """What a client needs, in librdkafka's names (what `cluster up` writes to
+        client.json): bootstrap.servers, security.protocol and, for SSL, the CA and the client
+        certificate and key (mutual TLS)."""
+        settings = {"bootstrap.servers": self.bootstrap_servers,
+                    "security.protocol": self.security.upper()}
+        if self.tls is not None:
+            settings.update({"ssl.ca.location": str(self.tls.ca),
+                             "ssl.certificate.location": str(self.tls.client_cert),
+                             "ssl.key.location": str(self.tls.client_key)})
+        return settings
 
     def _exited(self, node: Process) -> None:
         if self.on_exit is not None and isinstance(node, Node):

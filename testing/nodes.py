@@ -13,6 +13,7 @@ from typing import Any
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.schema import Message
 
+from .certs import ClusterCertificates
 from .network import Bind
 from .processes import STOP_S, Process, process_state
 from .requests import call
@@ -123,17 +124,29 @@ class BrokerNode(Node):
         self.broker_id = broker_id
         self.rack = rack
         self.internal_port = internal_port
+        # security="ssl" (cluster.py): the SSL listener's port and the certificates' files.
+        self.tls_port: int | None = None
+        self.tls: ClusterCertificates | None = None
         self.controller = ""  # HOST:PORT of the controller, set by the cluster
         self.generation = -1
         self.hooks_port: int | None = None  # request hooks control on host:hooks_port, if set
 
+    @property
+    def client_address(self) -> str:
+        """Where clients connect: the SSL listener when there is one, else `address`."""
+        return f"{self.host}:{self.tls_port}" if self.tls_port is not None else self.address
+
     def command(self, binds: dict[int, Bind]) -> list[str]:
         external = binds[self.port]
-        args = ["broker", "--id", str(self.broker_id), "--listen", external.listen]
+        args = ["broker", "--id", str(self.broker_id)]
+        if self.tls_port is not None:
+            args += self._tls_listeners(external, binds[self.tls_port])
+        else:
+            args += ["--listen", external.listen]
+            if external.advertised:
+                args += ["--advertised", external.advertised]
         if self.rack:
             args += ["--rack", self.rack]
-        if external.advertised:
-            args += ["--advertised", external.advertised]
         if self.internal_port is not None:
             internal = binds[self.internal_port]
             args += ["--internal-listen", internal.listen]
@@ -143,6 +156,20 @@ class BrokerNode(Node):
         if self.hooks_port is not None:  # test-only request hooks, on the broker's own host
             args += ["--set", f"request_hooks_listen={self.host}:{self.hooks_port}"]
         return epochlog_command(*args, *self.settings, *self.extra)
+
+    def _tls_listeners(self, plain: Bind, tls: Bind) -> list[str]:
+        """Kafka's listener settings for security="ssl" (cluster.py SECURITY_MODES)."""
+        assert self.tls is not None
+        settings = {
+            "listeners": f"CONTROLLER://{plain.listen},SSL://{tls.listen}",
+            "listener_security_protocol_map": "CONTROLLER:PLAINTEXT,SSL:SSL",
+            "inter_broker_listener_name": "SSL", "control_plane_listener_name": "CONTROLLER",
+            "ssl_keystore_location": str(self.tls.broker_keystore),
+            "ssl_truststore_location": str(self.tls.ca), "ssl_client_auth": "required"}
+        if plain.advertised or tls.advertised:
+            settings["advertised_listeners"] = (f"CONTROLLER://{plain.advertised or plain.listen},"
+                                                f"SSL://{tls.advertised or tls.listen}")
+        return [arg for k, v in settings.items() for arg in ("--set", f"{k}={v}")]
 
     def wait_started(self, timeout_s: float = START_S) -> int:
         """Registered and through the first LeaderAndIsr of its generation; the generation."""

@@ -28,7 +28,12 @@ BROKER_SETTINGS = frozenset({
     "fetch_sessions_max", "fetch_wait_ms_max", "fetch_waiters_max", "frame_bytes_max",
     "group_initial_rebalance_delay_ms", "group_max_session_timeout_ms",
     "group_min_session_timeout_ms", "internal_advertised", "internal_listen",
-    "isr_retry_backoff_ms", "listen", "advertised", "log_cleaner_dedupe_buffer_size",
+    "isr_retry_backoff_ms", "listen", "advertised", "listeners", "advertised_listeners",
+    "listener_security_protocol_map", "inter_broker_listener_name",
+    "control_plane_listener_name", "ssl_keystore_type", "ssl_keystore_location",
+    "ssl_key_password", "ssl_truststore_type", "ssl_truststore_location", "ssl_client_auth",
+    "ssl_endpoint_identification_algorithm", "ssl_principal_mapping_rules",
+    "ssl_handshake_timeout_ms", "log_cleaner_dedupe_buffer_size",
     "log_cleaner_delete_retention_ms", "log_cleaner_enable", "log_cleaner_interval_ms",
     "log_cleaner_io_buffer_size", "log_cleaner_min_cleanable_ratio",
     "log_cleaner_min_compaction_lag_ms", "log_cleanup_policy", "log_flush_interval_ms",
@@ -57,7 +62,8 @@ CONTROLLER_SETTINGS = frozenset({
 
 # Set by the harness itself from the cluster's plan; a test asking for them is refused.
 HARNESS_OWNED = frozenset({"broker_id", "data_dir", "rack", "listen", "advertised",
-                           "internal_listen", "internal_advertised", "controller"})
+                           "internal_listen", "internal_advertised", "controller", "listeners",
+                           "advertised_listeners"})
 
 
 def snake(name: str) -> str:

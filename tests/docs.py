@@ -27,6 +27,7 @@ RUN_BY = {
     ("chaos.md", "## In a test of your own application"): "tests/testing/test_user_project.py",
     ("spark.md", "# Spark"): "tests/pipeline/test_spark_source.py",
     ("spark.md", "## Exactly once"): "tests/pipeline/test_spark_exactly_once.py",
+    ("security.md", "## The client library"): "tests/interop/test_tls.py",
 }
 
 _FENCE = re.compile(r"^(```+|~~~+)\s*([\w+-]*)")

@@ -481,3 +481,49 @@ def test_a_node_that_dies_while_starting_is_reported_with_its_own_error(tmp_path
     assert head.startswith("broker 2 exited with code 1 before it was ready: broker 2 failed "
                            "to start: "), head
     assert "address already in use" in head, head
+
+
+def test_cluster_up_with_ssl_writes_the_client_settings_that_work(tmp_path: Path) -> None:
+    """`--security ssl`: certificates under <data-dir>/tls, <data-dir>/client.json in librdkafka's
+    names (also printed), and those settings, as they are, produce and read over mutual TLS
+    with confluent-kafka. The folder's tools, which have no TLS yet, find the brokers'
+    plaintext CONTROLLER listeners and say so. Ctrl-C still stops it cleanly."""
+    confluent = pytest.importorskip("confluent_kafka")
+    base = free_port_base((0, 1, 2, 100, 200, 201, 202))
+    data_dir = tmp_path / ".epochlog"
+    up = ClusterUp(data_dir, "--port-base", str(base), "--security", "ssl")
+    try:
+        bootstrap = up.bootstrap()
+        assert bootstrap == ",".join(f"127.0.0.1:{base + 200 + i}" for i in range(3))
+        up.wait_line(r"  ssl.key.location=", timeout_s=WAIT_S)
+        settings = json.loads((data_dir / "client.json").read_text())
+        assert settings == {
+            "bootstrap.servers": bootstrap, "security.protocol": "SSL",
+            "ssl.ca.location": str(data_dir / "tls" / "ca.pem"),
+            "ssl.certificate.location": str(data_dir / "tls" / "client.pem"),
+            "ssl.key.location": str(data_dir / "tls" / "client.key")}
+        producer = confluent.Producer({**settings, "acks": "all"})
+        producer.produce("secured", value=b"over tls")
+        assert producer.flush(WAIT_S) == 0
+        consumer = confluent.Consumer({**settings, "group.id": "g",
+                                       "auto.offset.reset": "earliest"})
+        consumer.subscribe(["secured"])
+        message = None
+        for _ in range(int(WAIT_S)):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                break
+        consumer.close()
+        assert message is not None and message.value() == b"over tls"
+
+        env = {k: v for k, v in os.environ.items() if k != "EPOCHLOG_BOOTSTRAP_SERVERS"}
+        listed = subprocess.run(epochlog_command("topics", "list"), cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=WAIT_S)
+        plaintext = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
+        assert listed.returncode == 0 and "secured" in listed.stdout.split(), listed.stderr
+        assert listed.stderr.splitlines()[0] == (
+            f"epochlog: bootstrap servers {plaintext} (the cluster running in ./.epochlog: its "
+            f"plaintext CONTROLLER listeners, as the tools have no TLS yet)")
+    finally:
+        if up.alive:
+            assert up.interrupt() == 0

@@ -58,7 +58,7 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
         "fetch_sessions", "read_path", "replica_selector", "controller_link", "topic_configs",
         "metadata_cache", "fencing", "producer_ids", "config", "error_answers",
         "controller_session", "control_hold", "source_fetchers", "isr_schedule",
-        "fetch_wait"})),
+        "fetch_wait", "listeners", "principal", "tls"})),
     ("storage", frozenset({"storage", "clock"})),
 ]
 

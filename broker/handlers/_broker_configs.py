@@ -4,8 +4,10 @@ Each BrokerConfig field is described under the name Kafka's brokers use for it w
 one (`broker.rack`, `log.dirs`, `message.max.bytes`, ...) and otherwise under its own name with
 dots (`fetch.sessions.max`). A setting is what the broker was started with
 (STATIC_BROKER_CONFIG) or the default (DEFAULT_CONFIG), read-only, unless the cluster has a
-dynamic default for it (DYNAMIC_DEFAULT_BROKER_CONFIG, set through the controller). None is
-sensitive.
+dynamic default for it (DYNAMIC_DEFAULT_BROKER_CONFIG, set through the controller).
+`ssl.key.password` is sensitive: described with no value (null), as Kafka describes it. The
+older listener settings keep their own names (`listen`, `advertised`, ...): Kafka's
+`listeners` and `advertised.listeners` are settings of their own now (listeners.py).
 """
 
 from __future__ import annotations
@@ -22,11 +24,10 @@ from epochlog.protocol.apis.describe_configs import (
 from ..config import BrokerConfig
 
 SOURCE_DYNAMIC_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 3, 4, 5
-TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE = 1, 2, 5, 6
+TYPE_BOOLEAN, TYPE_STRING, TYPE_LONG, TYPE_DOUBLE, TYPE_PASSWORD = 1, 2, 5, 6, 8
 
 KAFKA_NAMES = {
     "broker_id": "broker.id", "rack": "broker.rack", "data_dir": "log.dirs",
-    "listen": "listeners", "advertised": "advertised.listeners",
     "controller": "controller.quorum.bootstrap.servers", "metrics_listen": "metrics.listen",
     "frame_bytes_max": "socket.request.max.bytes", "connections_max": "max.connections",
     "connection_idle_ms_max": "connections.max.idle.ms",
@@ -40,6 +41,9 @@ KAFKA_NAMES = {
     "log_cleaner_interval_ms": "log.cleaner.backoff.ms",
     "fetch_wait_ms_max": "fetch.max.wait.ms.max",
 }
+
+
+SENSITIVE = frozenset({"ssl_key_password"})
 
 
 def kafka_name(field: str) -> str:
@@ -61,11 +65,12 @@ def describe_broker(config: BrokerConfig, keys: list[str] | None, synonyms: bool
         value = getattr(config, field)
         default = defaults.get(field, msgspec.NODEFAULT)
         source = SOURCE_DEFAULT if value == default else SOURCE_STATIC_BROKER
-        text = _text(value)
+        sensitive = field in SENSITIVE
+        text: str | None = None if sensitive else _text(value)
         chain = [DescribeConfigsSynonym(name=name, value=text, source=source)]
         if source == SOURCE_STATIC_BROKER and default is not msgspec.NODEFAULT:
-            chain.append(DescribeConfigsSynonym(name=name, value=_text(default),
-                                                source=SOURCE_DEFAULT))
+            chain.append(DescribeConfigsSynonym(
+                name=name, value=None if sensitive else _text(default), source=SOURCE_DEFAULT))
         over = overlay.pop(name, None)
         if over is not None:
             chain.insert(0, DescribeConfigsSynonym(name=name, value=over.value,
@@ -73,7 +78,8 @@ def describe_broker(config: BrokerConfig, keys: list[str] | None, synonyms: bool
             text, source = over.value or "", SOURCE_DYNAMIC_DEFAULT
         out.append(DescribeConfigsResourceResult(
             name=name, value=text, read_only=over is None, config_source=source,
-            is_sensitive=False, synonyms=chain if synonyms else [], config_type=_type(value),
+            is_sensitive=sensitive, synonyms=chain if synonyms else [],
+            config_type=TYPE_PASSWORD if sensitive else _type(value),
             documentation=None))
     for extra in overlay.values():  # dynamic defaults this broker has no setting for
         out.append(DescribeConfigsResourceResult(

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from epochlog.protocol.headers import RequestHeader
 
 from ..config import EXTERNAL_LISTENER
+from ..principal import ANONYMOUS
 
 if TYPE_CHECKING:
     import asyncio
@@ -48,7 +49,7 @@ class BrokerApp(Protocol):
     txns: TxnCoordinator | None
     controller: ControllerLink | None
     producer_ids: ProducerIdAllocator | None
-    # listener name -> advertised (host, port), and the EXTERNAL listener's
+    # listener name -> advertised (host, port), and the first-named listener's
     listeners: dict[str, tuple[str, int]]
     advertised: tuple[str, int]
     read_path: ReadPath | None  # the fetch path's state, made on first use (handlers/fetch.py)
@@ -79,6 +80,9 @@ class RequestContext:
     peer: str
     app: BrokerApp  # what handlers may use of the broker
     listener: str = EXTERNAL_LISTENER  # the listener name the request arrived on
+    # Who sent it (principal.py): User:<mapped DN> over mutual TLS, else User:ANONYMOUS. The
+    # ACL work will ask about it; nothing does yet.
+    principal: str = ANONYMOUS
 
 
 def replicas_of(app: BrokerApp) -> ReplicaManager:

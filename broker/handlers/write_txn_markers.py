@@ -11,10 +11,11 @@ UNKNOWN_TOPIC_OR_PARTITION; an ISR below min.insync.replicas NOT_ENOUGH_REPLICAS
 retries what failed. A replicated marker in a `__consumer_offsets` partition also tells its
 group coordinator to apply or drop the transaction's offsets (TxnOffsetCommit).
 
-Only brokers send it: where the broker has an INTERNAL listener (the one coordinators use), a
-WriteTxnMarkers arriving on another is refused whole with CLUSTER_AUTHORIZATION_FAILED, as Kafka
-answers a principal without the CLUSTER_ACTION right (a client could otherwise commit or abort
-someone else's transaction). With one listener for everything, the epochs are the only check.
+Only brokers send it: where the broker has more than one listener, a WriteTxnMarkers arriving on
+another than the inter-broker one (which coordinators use) is refused whole with
+CLUSTER_AUTHORIZATION_FAILED, as Kafka answers a principal without the CLUSTER_ACTION right (a
+client could otherwise commit or abort someone else's transaction). With one listener for
+everything, the epochs are the only check.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from epochlog.protocol.error_codes import ErrorCode
 from epochlog.protocol.registry import APIS
 
 from ..clock import wall_clock_ms
-from ..config import INTERNAL_LISTENER
 from ..error_answers import error_answer
 from ..groups.coordinator import OFFSETS_TOPIC
 from ..partition import Partition
@@ -56,7 +56,7 @@ MARKER_TIMEOUT_MS = 30_000
 async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest
                  ) -> WriteTxnMarkersResponse:
     app = ctx.app
-    if INTERNAL_LISTENER in app.listeners and ctx.listener != INTERNAL_LISTENER:
+    if len(app.listeners) > 1 and ctx.listener != app.config.listener_plan.inter_broker:
         answer = error_answer(API, ctx.version, request, E.CLUSTER_AUTHORIZATION_FAILED)
         assert isinstance(answer, WriteTxnMarkersResponse)
         return answer

@@ -78,7 +78,8 @@ class TxnCoordinator(CoordinatorDriver):
         # clock: the wall clock, the log's timestamps and the transactions' timeouts
         super().__init__(parts, topic, clock)
         self.producer_ids = producer_ids  # shared with idempotent producers (producer_ids.py)
-        self.markers = MarkerWriter(parts.broker_id, parts.metadata)
+        self.markers = MarkerWriter(parts.broker_id, parts.metadata,
+                                    parts.config.listener_plan.inter_broker, parts.inter_broker_tls)
         self.core = TxnCore(
             producer_ids.allocate, partition_of=topic.partition_for,
             timeout_max_ms=c.transaction_max_timeout_ms,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
@@ -24,7 +25,6 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.write_txn_markers import WriteTxnMarkersRequest, WriteTxnMarkersResponse
 from epochlog.protocol.registry import APIS
 
-from ..config import INTERNAL_LISTENER
 from .markers_left import MarkersLeft
 
 if TYPE_CHECKING:
@@ -43,9 +43,12 @@ class CoordinatorFenced(Exception):
 
 
 class MarkerWriter:
-    def __init__(self, broker_id: int, metadata: MetadataCache) -> None:
+    def __init__(self, broker_id: int, metadata: MetadataCache, listener: str,
+                 tls: ssl.SSLContext | None = None) -> None:
         self.broker_id = broker_id
-        self.metadata = metadata  # where each partition's leader is, and its INTERNAL endpoint
+        self.metadata = metadata  # where each partition's leader is, and its endpoints
+        self.listener = listener  # the inter-broker listener: markers go there
+        self.tls = tls  # ... over TLS when it is SSL
         self._conns: dict[int, Connection] = {}
         self._connecting = asyncio.Lock()  # one connection per broker, however many callers
 
@@ -105,9 +108,9 @@ class MarkerWriter:
             info = self.metadata.brokers.get(broker_id)
             if info is None:
                 return None
-            host, port = info.endpoint(INTERNAL_LISTENER)
+            host, port = info.endpoint(self.listener)
             conn = Connection(host, port, client_id=f"epochlog-broker-{self.broker_id}-txn",
-                              request_timeout_ms=REQUEST_TIMEOUT_MS)
+                              request_timeout_ms=REQUEST_TIMEOUT_MS, ssl_context=self.tls)
             await conn.connect()
             self._conns[broker_id] = conn
             return conn

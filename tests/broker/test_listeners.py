@@ -33,10 +33,15 @@ def test_internal_listener_settings_are_checked() -> None:
     ok = BrokerConfig(broker_id=1, data_dir="d", listen="0.0.0.0:9092",
                       advertised="localhost:19092", internal_listen="0.0.0.0:9091",
                       internal_advertised="broker1:9091")
-    assert list(ok.listener_addresses) == ["EXTERNAL", "INTERNAL"]
-    assert ok.advertised_address(9092) == ("localhost", 19092)
-    assert ok.advertised_address(9091, "INTERNAL") == ("broker1", 9091)
-    assert list(BrokerConfig(broker_id=1, data_dir="d").listener_addresses) == ["EXTERNAL"]
+    plan = ok.listener_plan
+    # INTERNAL first: the registration order, and the controller dials the first.
+    assert [lst.name for lst in plan.listeners] == ["INTERNAL", "EXTERNAL"]
+    assert (plan.inter_broker, plan.control_plane, plan.client) == ("INTERNAL", "INTERNAL",
+                                                                     "EXTERNAL")
+    assert plan.named("EXTERNAL").advertised_address(9092) == ("localhost", 19092)
+    assert plan.named("INTERNAL").advertised_address(9091) == ("broker1", 9091)
+    assert [lst.name for lst in BrokerConfig(broker_id=1, data_dir="d")
+            .listener_plan.listeners] == ["EXTERNAL"]
     with pytest.raises(ValueError, match="internal_advertised: needs internal_listen"):
         BrokerConfig(broker_id=1, data_dir="d", internal_advertised="b:1")
     with pytest.raises(ValueError, match="internal_listen: must differ from listen"):
@@ -56,12 +61,13 @@ def test_endpoint_of_a_listener_falls_back_to_the_first() -> None:
     assert one.endpoint("INTERNAL") == ("h2", 9092)
 
 
-def test_controller_sends_to_the_internal_listener_when_there_is_one() -> None:
+def test_controller_sends_to_the_listener_registered_first() -> None:
+    """Brokers register their control-plane listener first (INTERNAL when they have it)."""
     def broker(*listeners: Listener) -> ControllerBroker:
         return ControllerBroker(1, 1, uuid.uuid4(), "a", listeners)
     external = Listener("EXTERNAL", "localhost", 19092)
     internal = Listener("INTERNAL", "broker1", 9091)
-    assert broker(external, internal).endpoint == ("broker1", 9091)
+    assert broker(internal, external).endpoint == ("broker1", 9091)
     assert broker(external).endpoint == ("localhost", 19092)
     assert broker(Listener("PLAINTEXT", "h", 1)).endpoint == ("h", 1)  # older brokers' name
 
@@ -89,8 +95,8 @@ def test_each_listener_answers_with_its_own_addresses(tmp_path: Path) -> None:
     with cluster:  # start() waits for broker 1's first LeaderAndIsr: it came on INTERNAL
         b1, b2 = cluster.brokers[1], cluster.brokers[2]
         assert cluster.controller.has_line(
-            f"broker 1 registered: generation {b1.generation}, rack a, listeners EXTERNAL "
-            f"127.0.0.1:{nowhere}, INTERNAL 127.0.0.1:{internal} (control requests to "
+            f"broker 1 registered: generation {b1.generation}, rack a, listeners INTERNAL "
+            f"127.0.0.1:{internal}, EXTERNAL 127.0.0.1:{nowhere} (control requests to "
             f"127.0.0.1:{internal})")
         assert b1.has_line(f"internal listener on 127.0.0.1:{internal} (advertised "
                            f"127.0.0.1:{internal})")
