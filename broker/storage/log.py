@@ -55,7 +55,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from epochlog.protocol.batch import (
@@ -174,15 +174,29 @@ class Log:
         self.producer_state = ProducerStateManager()
         self.snapshots = ProducerSnapshots(directory)
         self.producer_batches_replayed = 0  # by the last rebuild of the producer state
+        # Told (by LogManager) whenever the log gets something to flush, so that the periodic
+        # flush looks at those logs only, not at every log of the broker (issue 33).
+        self.on_unflushed: Callable[[Log], None] | None = None
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
-        self._dir_dirty = False
+        self._dir_dirty_flag = False
         self._generation = 0  # bumped by every truncation at the end
         self.offset_gaps_allowed = False  # see OFFSET_GAPS_FILE
         self.deleted = False  # set by LogManager.delete_log: a write still racing is no
         # failure of the disk (write_failed)
         self.disk: DiskHealth | None = None  # the data dir's, set by LogManager
         self.truncations: Truncations | None = None  # the data dir's, set by LogManager
+
+    @property
+    def _dir_dirty(self) -> bool:
+        """The folder changed (a file made, renamed or removed): its next flush fsyncs it."""
+        return self._dir_dirty_flag
+
+    @_dir_dirty.setter
+    def _dir_dirty(self, dirty: bool) -> None:
+        self._dir_dirty_flag = dirty
+        if dirty and self.on_unflushed is not None:
+            self.on_unflushed(self)
 
     def write_failed(self, what: str, exc: OSError
                      ) -> DiskWriteFailed | DescriptorsExhausted | LogDeleted:
@@ -523,6 +537,8 @@ class Log:
             if aborted is not None:  # never fails: kept in memory until the file takes it
                 self.active_segment.txn_index.append(aborted)
             self._unflushed_messages += header.record_count
+        if self.on_unflushed is not None:
+            self.on_unflushed(self)
         if self.auto_flush and self.flush_due():
             with contextlib.suppress(DiskWriteFailed, DescriptorsExhausted):  # the batches are
                 # in: a flush comes again
@@ -630,6 +646,11 @@ class Log:
         return True
 
     # --- flushing ---
+
+    @property
+    def has_unflushed(self) -> bool:
+        """Something awaits a flush (flush_due says whether it is due)."""
+        return self._unflushed_messages > 0 or self._dir_dirty_flag
 
     def flush_due(self) -> bool:
         if self._unflushed_messages == 0 and not self._dir_dirty:

@@ -88,6 +88,8 @@ class LogManager:
         # controller has taken them out of the ISR).
         self.cut_at_open: set[TopicPartition] = set()
         self._last_checkpoint_ms = clock()
+        self._written: dict[str, dict[TopicPartition, int]] = {}  # checkpoint -> what it holds
+        self._unflushed: set[Log] = set()  # logs told us they have something to flush
         self._last_retention_ms = clock()
 
     @classmethod
@@ -121,7 +123,7 @@ class LogManager:
                 log_start_offset=start_offsets.get(tp, 0),
                 high_watermark=high_watermarks.get(tp, 0),
                 clean_shutdown=self.had_clean_shutdown, files=self.files)
-            opened.disk, opened.truncations = self.disk, self.truncations
+            self._adopt(opened)
             if opened.log_end_offset < high_watermarks.get(tp, 0):
                 self.cut_at_open.add(tp)
                 self.truncations.record(
@@ -147,6 +149,20 @@ class LogManager:
 
     # --- logs ---
 
+    def _adopt(self, opened: Log) -> None:
+        """A log of this data dir: its disk health, truncation record and flush tracking."""
+        opened.disk, opened.truncations = self.disk, self.truncations
+        opened.on_unflushed = self._unflushed.add
+        if opened.has_unflushed:
+            self._unflushed.add(opened)
+
+    def unflushed(self) -> list[Log]:
+        """The logs with something to flush (the periodic flush looks at these, not at all);
+        those flushed since are forgotten here."""
+        done = [each for each in self._unflushed if each.deleted or not each.has_unflushed]
+        self._unflushed.difference_update(done)
+        return list(self._unflushed)
+
     def get(self, topic: str, partition: int) -> Log | None:
         return self.logs.get((topic, partition))
 
@@ -157,7 +173,7 @@ class LogManager:
         path = os.path.join(self.data_dir, partition_dir_name(topic, partition))
         created = Log.open(path, config or self.config, self.clock, clean_shutdown=True,
                            files=self.files)
-        created.disk, created.truncations = self.disk, self.truncations
+        self._adopt(created)
         self.logs[(topic, partition)] = created
         log.info("created log %s", path)
         return created
@@ -180,6 +196,7 @@ class LogManager:
         if removed is None:
             return
         removed.deleted = True
+        self._unflushed.discard(removed)
         removed.close()
         aside = f"{removed.directory}.{uuid.uuid4().hex}{DELETE_SUFFIX}"
         os.rename(removed.directory, aside)
@@ -193,7 +210,7 @@ class LogManager:
         """Flush what is due (logs with auto_flush), apply retention, write checkpoints, each on
         its own interval; close the log files unused for a while."""
         now_ms = self.clock()
-        for each in self.logs.values():
+        for each in self.unflushed():
             if each.auto_flush:
                 with contextlib.suppress(DiskWriteFailed, DescriptorsExhausted):  # counted or
                     # said (descriptors.py); tried again next tick
@@ -222,12 +239,19 @@ class LogManager:
         return all(written)
 
     def _write(self, name: str, offsets: dict[TopicPartition, int]) -> bool:
+        """Write one checkpoint, unless the file already holds these offsets: an idle broker
+        with 10,000 partitions would format, fsync and rename three files of 10,000 lines every
+        interval, on the event loop, to say nothing new (issue 33)."""
+        if self._written.get(name) == offsets:
+            return True
         path = os.path.join(self.data_dir, name)
+        self._written.pop(name, None)  # a write that fails may leave either version
         try:
             write_offsets(path, offsets)
         except OSError as exc:
             self.disk.failed(f"checkpoint {path}", exc)
             return False
+        self._written[name] = offsets
         return True
 
     def close(self, broker_epoch: int = -1) -> None:
