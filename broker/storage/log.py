@@ -380,12 +380,29 @@ class Log:
         self.epoch_cache.truncate_from_end(self.log_end_offset + 1)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
 
-    def close(self) -> None:
+    def close(self, *, snapshot: bool = True) -> None:
         """Close the files, with a producer snapshot at the log end (fsynced: after a clean
-        shutdown the next open reads it and replays nothing)."""
-        self._take_snapshot(sync=True)
+        shutdown the next open reads it and replays nothing). snapshot=False: the caller took
+        it already (close_snapshot) and flushed it."""
+        if snapshot:
+            self.close_snapshot(sync=True)
         for segment in self._segments:
             segment.close()
+
+    def close_snapshot(self, *, sync: bool) -> bool:
+        """The producer snapshot a clean shutdown leaves at the log end; whether one was
+        written. None is when the newest snapshot is already there (nothing was appended since:
+        Kafka's rule), or the log holds nothing and never had a snapshot: at 10,000 partitions,
+        two fsyncs each made a clean stop take minutes (issue 33). sync=False: the next flush
+        makes it durable (LogManager.close flushes every log after)."""
+        end = self.log_end_offset
+        offsets = self.snapshots.offsets()
+        if offsets and offsets[-1] == end and not (sync and self.snapshots.unsynced(end)):
+            return False
+        if not offsets and end == self.log_start_offset and not self.producer_state.producers:
+            return False
+        self._take_snapshot(sync=sync)
+        return True
 
     # --- state ---
 

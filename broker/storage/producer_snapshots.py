@@ -186,6 +186,10 @@ class ProducerSnapshots:
         for old in self.offsets()[:-SNAPSHOTS_KEPT_MAX]:
             self._delete(old)
 
+    def unsynced(self, offset: int) -> bool:
+        """Whether the snapshot at offset was written without fsync, not yet flushed."""
+        return self.path(offset) in self._unsynced
+
     def take_unsynced(self) -> list[int]:
         """Descriptors of the snapshots written without fsync, for a flush to fsync and close
         (the folder too: the caller's flush fsyncs it)."""
