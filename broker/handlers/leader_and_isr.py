@@ -106,17 +106,19 @@ class Applying:
         """Apply up to count more partition states, stopping early once clock() reaches
         deadline_ms; True when all are applied."""
         start = len(self.listed)
-        for topic_name, ps in self.states[start:start + count]:
-            if (deadline_ms is not None and clock is not None and len(self.listed) > start
-                    and clock() >= deadline_ms):
-                break
-            state = PartitionState(ps.leader, ps.leader_epoch, ps.partition_epoch,
-                                   tuple(ps.replicas), tuple(ps.isr), ps.controller_epoch)
-            code = self.replicas.apply_partition_state(topic_name, ps.partition_index, state,
-                                                       ps.is_new)
-            self.listed.append((topic_name, ps.partition_index))
-            self.errors.append(LeaderAndIsrPartitionError(
-                topic_name=topic_name, partition_index=ps.partition_index, error_code=code))
+        with self.replicas.logs.creating_logs():  # one fsync of the data dir per slice
+            for topic_name, ps in self.states[start:start + count]:
+                if (deadline_ms is not None and clock is not None and len(self.listed) > start
+                        and clock() >= deadline_ms):
+                    break
+                state = PartitionState(ps.leader, ps.leader_epoch, ps.partition_epoch,
+                                       tuple(ps.replicas), tuple(ps.isr), ps.controller_epoch)
+                code = self.replicas.apply_partition_state(topic_name, ps.partition_index,
+                                                           state, ps.is_new)
+                self.listed.append((topic_name, ps.partition_index))
+                self.errors.append(LeaderAndIsrPartitionError(
+                    topic_name=topic_name, partition_index=ps.partition_index,
+                    error_code=code))
         return len(self.listed) == self.total
 
     def finish(self) -> LeaderAndIsrResponse:

@@ -221,11 +221,15 @@ class Log:
     @classmethod
     def open(cls, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int = 0,
              log_start_offset: int = 0, high_watermark: int = 0,
-             clean_shutdown: bool = False, files: OpenFiles | None = None) -> Log:
+             clean_shutdown: bool = False, files: OpenFiles | None = None,
+             sync_parent: bool = True) -> Log:
+        """sync_parent=False: a new folder's entry in the data dir is made durable by the
+        caller (LogManager.creating_logs: one fsync for many new logs)."""
         self = cls(directory, config, clock, files)
         if not os.path.isdir(directory):
             os.makedirs(directory)
-            fsync_dir(os.path.dirname(os.path.abspath(directory)))
+            if sync_parent:
+                fsync_dir(os.path.dirname(os.path.abspath(directory)))
         swapped = complete_interrupted_swaps(directory)
         self._remove_strays()
         self.offset_gaps_allowed = os.path.exists(os.path.join(directory, OFFSET_GAPS_FILE))

@@ -25,7 +25,10 @@ Reading checks everything: size bounded (SNAPSHOT_BYTES_MAX), version, CRC, the 
 the size, each field in range, a producer's entries consecutive, ordered and agreeing.
 A snapshot that fails is deleted and the next older one tried (CorruptSnapshot).
 Writing: a temporary file renamed into place; at a roll without fsync (the next flush fsyncs
-it; a snapshot lost or torn by a power loss fails its CRC and is skipped), at close with one.
+it; a snapshot lost or torn by a power loss fails its CRC and is skipped), at close without one
+too, the close's flush of every log then making it durable before the clean-shutdown marker
+(log_manager.py). A close writes none when the newest is already at the log end (Kafka's rule)
+or the log never held anything (Log.close_snapshot).
 """
 
 from __future__ import annotations

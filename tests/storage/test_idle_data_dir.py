@@ -60,3 +60,27 @@ def test_an_unchanged_checkpoint_is_not_written_again(tmp_path) -> None:
     logs.get_or_create("t", 1)  # a new partition is a change of every checkpoint
     assert logs.write_checkpoints()
     assert os.stat(start).st_ino != inode
+
+
+def test_logs_created_together_share_one_fsync_of_the_data_dir(tmp_path, monkeypatch) -> None:
+    """A LeaderAndIsr slice creating many logs fsyncs the data dir once, not once per log (each
+    log's own folder is still made durable by its first flush)."""
+    from epochlog.broker.storage import log as log_module
+    from epochlog.broker.storage import log_manager
+    logs = manager(tmp_path, FakeClock())
+    synced: list[str] = []
+    real = log_manager.fsync_dir
+
+    def counting(path: str) -> None:
+        synced.append(os.path.basename(path))
+        real(path)
+
+    monkeypatch.setattr(log_manager, "fsync_dir", counting)
+    monkeypatch.setattr(log_module, "fsync_dir", counting)
+    with logs.creating_logs():
+        made = [logs.get_or_create("t", i) for i in range(10)]
+        assert synced == []
+    assert synced == ["data"]
+    logs.get_or_create("u", 0)  # alone: its own fsync of the data dir, as before
+    assert synced == ["data", "data"]
+    assert all(each.has_unflushed for each in made)  # their folders: the next flush's
