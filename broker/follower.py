@@ -57,12 +57,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochlog.protocol.apis.fetch import (
-    FetchPartition,
-    FetchRequest,
-    FetchTopic,
-    ForgottenTopic,
-)
+from epochlog.protocol.apis.fetch import FetchRequest, FetchTopic, ForgottenTopic
 from epochlog.protocol.apis.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -72,7 +67,7 @@ from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.schema import Message
 
 from .clock import Clock
-from .follower_session import FollowerSession
+from .follower_session import FollowerSession, fetch_partition
 from .partition import Partition, Role
 from .storage import Log, StorageError
 
@@ -276,22 +271,21 @@ class SourceFetcher:
     def _fetch_request(self, fetching: list[_Followed]) -> Message:
         start = self._rotation % len(fetching)
         self._rotation += 1
-        wanted, sent = [], {}
+        wanted, sent = {}, {}
         for f in fetching[start:] + fetching[:start]:
             p, plog = f.partition, f.partition.log
-            wanted.append((p.topic, FetchPartition(
-                partition=p.index, current_leader_epoch=f.leader_epoch,
-                fetch_offset=plog.log_end_offset, last_fetched_epoch=_last_batch_epoch(plog),
-                log_start_offset=plog.log_start_offset,
-                partition_max_bytes=self.partition_max_bytes)))
-            sent[(p.topic, p.index)] = _Sent(f.generation, plog.log_end_offset)
+            end = plog.log_end_offset
+            tp = (p.topic, p.index)
+            wanted[tp] = (f.leader_epoch, end, _last_batch_epoch(plog), plog.log_start_offset,
+                          self.partition_max_bytes)
+            sent[tp] = _Sent(f.generation, end)
         built = self.session.build(wanted)
         topics: dict[str, FetchTopic] = {}
-        for name, part in built.send:
+        for (name, index), want in built.send:
             topic = topics.get(name)
             if topic is None:
                 topic = topics[name] = FetchTopic(topic=name)
-            topic.partitions.append(part)
+            topic.partitions.append(fetch_partition(index, want))
         forgotten: dict[str, ForgottenTopic] = {}
         for name, index in built.forget:
             gone = forgotten.get(name)

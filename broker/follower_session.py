@@ -52,13 +52,21 @@ def params(p: FetchPartition) -> Params:
             p.partition_max_bytes)
 
 
+def fetch_partition(index: int, want: Params) -> FetchPartition:
+    """The request entry for a partition's parameters (the inverse of `params`)."""
+    leader_epoch, fetch_offset, last_fetched_epoch, log_start_offset, max_bytes = want
+    return FetchPartition(partition=index, current_leader_epoch=leader_epoch,
+                          fetch_offset=fetch_offset, last_fetched_epoch=last_fetched_epoch,
+                          log_start_offset=log_start_offset, partition_max_bytes=max_bytes)
+
+
 @dataclass(frozen=True)
 class Built:
     """One Fetch's session fields and partitions."""
 
     session_id: int
     session_epoch: int
-    send: list[tuple[str, FetchPartition]]  # the partitions the request names
+    send: list[tuple[TopicPartition, Params]]  # the partitions the request names
     forget: list[TopicPartition]
 
     @property
@@ -76,18 +84,18 @@ class FollowerSession:
         self.incremental_total = 0
         self.reset_total = 0  # sessions the leader refused (not found, wrong epoch)
 
-    def build(self, wanted: list[tuple[str, FetchPartition]]) -> Built:
-        """The next request's session fields and partitions (`wanted` in the caller's order)."""
-        now = {(topic, p.partition): params(p) for topic, p in wanted}
-        self._pending = now
+    def build(self, wanted: dict[TopicPartition, Params]) -> Built:
+        """The next request's session fields and partitions (`wanted` in the caller's order).
+        Parameters, not request entries, so that an idle fetch of thousands of partitions
+        builds no entry at all."""
+        self._pending = wanted
         if self.epoch == INITIAL_EPOCH:
             self.full_total += 1
-            return Built(self.session_id, INITIAL_EPOCH, wanted, [])
+            return Built(self.session_id, INITIAL_EPOCH, list(wanted.items()), [])
         self.incremental_total += 1
         held = self._held
-        send = [(topic, p) for topic, p in wanted if held.get((topic, p.partition)) != now[
-            (topic, p.partition)]]
-        forget = [tp for tp in held if tp not in now]
+        send = [(tp, want) for tp, want in wanted.items() if held.get(tp) != want]
+        forget = [tp for tp in held if tp not in wanted]
         return Built(self.session_id, self.epoch, send, forget)
 
     def on_answer(self, error_code: int, session_id: int) -> bool:

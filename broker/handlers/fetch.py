@@ -167,7 +167,8 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             return done
         if not await replicas.fetch_purgatory.wait_until(
                 [(topic, p.partition) for topic, p in plan.wants],
-                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now_ms):
+                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now_ms,
+                checked=True):  # read_or_park just parked on the positions of now
             return finish(app, plan, done)
 
 

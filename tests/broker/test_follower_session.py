@@ -4,19 +4,26 @@ test_follower_sessions.py)."""
 
 from __future__ import annotations
 
-from epochlog.broker.follower_session import FollowerSession
+from epochlog.broker.follower_session import FollowerSession, fetch_partition, params
 from epochlog.protocol.apis.fetch import FetchPartition
 from epochlog.protocol.error_codes import ErrorCode as E
 
 
-def want(**offsets: int) -> list[tuple[str, FetchPartition]]:
+def want(**offsets: int) -> dict[tuple[str, int], tuple[int, int, int, int, int]]:
     """t-N at fetch offset O for each pN=O."""
-    return [("t", FetchPartition(partition=int(k[1:]), fetch_offset=o, current_leader_epoch=1))
-            for k, o in offsets.items()]
+    return {("t", int(k[1:])): params(FetchPartition(
+        partition=int(k[1:]), fetch_offset=o, current_leader_epoch=1))
+        for k, o in offsets.items()}
 
 
 def names(built) -> list[int]:
-    return [p.partition for _, p in built.send]
+    return [index for (_, index), _ in built.send]
+
+
+def test_parameters_and_request_entries_map_both_ways() -> None:
+    entry = FetchPartition(partition=4, current_leader_epoch=2, fetch_offset=10,
+                           last_fetched_epoch=1, log_start_offset=3, partition_max_bytes=99)
+    assert fetch_partition(4, params(entry)) == entry
 
 
 def test_full_then_incremental_naming_only_what_changed_and_forgetting_what_left() -> None:
