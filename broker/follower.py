@@ -31,6 +31,9 @@ end. A partition with no epochs of its own and an empty log has nothing to trunc
 but no epochs, or after OFFSET_OUT_OF_RANGE above the leader's end, it asks for the leader's
 current epoch, whose answer is the leader's log end.
 
+One OffsetForLeaderEpoch names at most EPOCH_REQUEST_PARTITIONS_MAX partitions (its answer
+may cut logs and rewrite epoch checkpoints, fsyncs on the driver's loop); the others ask next.
+
 Fetches go through an incremental fetch session (KIP-227, follower_session.py, as Kafka's
 replica fetcher does): the first is full and opens a session on the leader; later ones name only
 the partitions added or whose fetch parameters changed, and forget those no longer fetched (a
@@ -82,6 +85,11 @@ FAILURES_BEFORE_WARNING = 6  # about 3 s of retries of one error before it is a 
 SOURCE_DOWN_WARN_MS = 15_000  # a source unreachable this long is a WARNING
 FAILURES_COUNTED_MAX = 16  # the backoff exponent stops growing here (backoff_ms caps it anyway)
 MIN_BYTES = 1
+# Partitions asked in one OffsetForLeaderEpoch: applying its answer may cut logs and rewrite
+# epoch checkpoints (an fsync or two each, on the driver's event loop); after a restart
+# thousands of partitions ask at once, and one answer for all of them held the loop past the
+# broker's session timeout (issue 33). The rest ask in the next request, right after.
+EPOCH_REQUEST_PARTITIONS_MAX = 100
 
 TopicPartition = tuple[str, int]
 
@@ -239,7 +247,8 @@ class SourceFetcher:
                 else:
                     asking.append((f, epoch))
         if asking:
-            return OFFSET_FOR_LEADER_EPOCH, self._epochs_request(asking)
+            return OFFSET_FOR_LEADER_EPOCH, self._epochs_request(
+                asking[:EPOCH_REQUEST_PARTITIONS_MAX])
         fetching = [f for f in ready if f.state is FollowState.FETCHING]
         if not fetching:
             return None

@@ -556,3 +556,23 @@ def exchange_sent(fetcher: SourceFetcher, leader: Replica, message: Any
     answer = HANDLERS[FETCH](leader.app, message, version)
     answer = api.decode_response(api.encode_response(answer, version), version)
     return FETCH, answer, fetcher.on_response(FETCH, answer)
+
+
+def test_after_a_restart_epochs_are_asked_a_bounded_number_of_partitions_at_a_time(
+        tmp_path, clock) -> None:
+    """Applying an OffsetForLeaderEpoch answer may rewrite each partition's epoch checkpoint
+    (fsyncs on the event loop): one request naming thousands held a restarted broker's loop
+    past its session timeout. At most EPOCH_REQUEST_PARTITIONS_MAX per request; the others
+    follow in the next requests."""
+    from epochlog.broker.follower import EPOCH_REQUEST_PARTITIONS_MAX
+    count = EPOCH_REQUEST_PARTITIONS_MAX + 30
+    fetcher = new_fetcher(clock)
+    for index in range(count):
+        plog = open_log(tmp_path / f"{TOPIC}-{index}", SMALL, clock)
+        plog.append_as_leader(make_batch(1), 0)  # an epoch of its own: it asks
+        p = Partition(TOPIC, index, FOLLOWER, plog, clock)
+        assert p.apply(PartitionState(LEADER, 1, 1, (LEADER, FOLLOWER), (LEADER, FOLLOWER)))
+        fetcher.add(p)
+    key, first = fetcher.next_request()  # type: ignore[misc]
+    assert key == OFFSET_FOR_LEADER_EPOCH
+    assert sum(len(t.partitions) for t in first.topics) == EPOCH_REQUEST_PARTITIONS_MAX
