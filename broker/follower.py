@@ -88,8 +88,9 @@ MIN_BYTES = 1
 # Partitions asked in one OffsetForLeaderEpoch: applying its answer may cut logs and rewrite
 # epoch checkpoints (an fsync or two each, on the driver's event loop); after a restart
 # thousands of partitions ask at once, and one answer for all of them held the loop past the
-# broker's session timeout (issue 33). The rest ask in the next request, right after.
-EPOCH_REQUEST_PARTITIONS_MAX = 100
+# broker's session timeout (issue 33); at 10,000 partitions under load even 100 took 1-3 s
+# each. The rest ask in the next request, right after.
+EPOCH_REQUEST_PARTITIONS_MAX = 25
 
 TopicPartition = tuple[str, int]
 
