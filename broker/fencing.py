@@ -94,6 +94,20 @@ class ControlEpochs:
         self.controller_id = controller_id
         return 0
 
+    def still_admits(self, what: str, generation: int, controller_epoch: int) -> int:
+        """0 if a control request admitted under (generation, controller_epoch) may go on being
+        applied (one applied in slices, with awaits between them: handlers/leader_and_isr.py),
+        else the top-level error to answer for the rest: our generation ended or moved on, or
+        a newer controller spoke meanwhile."""
+        if not self.confirmed or self.generation != generation:
+            return self._refuse(ErrorCode.STALE_BROKER_EPOCH, what,
+                                f"generation {generation} ended while it was applied")
+        if self.controller_epoch != controller_epoch:
+            return self._refuse(ErrorCode.STALE_CONTROLLER_EPOCH, what,
+                                f"controller epoch {self.controller_epoch} spoke while one of "
+                                f"epoch {controller_epoch} was applied")
+        return 0
+
     def _refuse(self, error: ErrorCode, what: str, why: str) -> int:
         self.refused[error.name] = self.refused.get(error.name, 0) + 1
         # A request for an older generation of ours is routine around every bounce and every

@@ -31,6 +31,18 @@ end. A partition with no epochs of its own and an empty log has nothing to trunc
 but no epochs, or after OFFSET_OUT_OF_RANGE above the leader's end, it asks for the leader's
 current epoch, whose answer is the leader's log end.
 
+One OffsetForLeaderEpoch names at most EPOCH_REQUEST_PARTITIONS_MAX partitions (its answer
+may cut logs and rewrite epoch checkpoints, fsyncs on the driver's loop); the others ask next.
+
+Fetches go through an incremental fetch session (KIP-227, follower_session.py, as Kafka's
+replica fetcher does): the first is full and opens a session on the leader; later ones name only
+the partitions added or whose fetch parameters changed, and forget those no longer fetched (a
+partition backing off, truncating or fenced leaves the session and comes back with its
+parameters). The leader's answer then lists only partitions with news, so an idle follower's
+long poll names no partition either way. A partition left out of a full answer backs off; one
+left out of an incremental answer had nothing new. The leader refusing the session (not found,
+wrong epoch) costs a full fetch, not a back-off.
+
 Errors: OFFSET_OUT_OF_RANGE below the leader's log start -> start again, empty, at it; above the
 leader's end -> TRUNCATING. FENCED_LEADER_EPOCH -> FENCED. Anything else (UNKNOWN_LEADER_EPOCH and
 NOT_LEADER_OR_FOLLOWER, usually a LeaderAndIsr still on its way; a storage error on append; a lost
@@ -48,7 +60,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from epochlog.protocol.apis.fetch import FetchPartition, FetchRequest, FetchTopic
+from epochlog.protocol.apis.fetch import FetchRequest, FetchTopic, ForgottenTopic
 from epochlog.protocol.apis.offset_for_leader_epoch import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderPartition,
@@ -58,6 +70,7 @@ from epochlog.protocol.error_codes import ErrorCode, name_of
 from epochlog.protocol.schema import Message
 
 from .clock import Clock
+from .follower_session import FollowerSession, fetch_partition
 from .partition import Partition, Role
 from .storage import Log, StorageError
 
@@ -72,6 +85,12 @@ FAILURES_BEFORE_WARNING = 6  # about 3 s of retries of one error before it is a 
 SOURCE_DOWN_WARN_MS = 15_000  # a source unreachable this long is a WARNING
 FAILURES_COUNTED_MAX = 16  # the backoff exponent stops growing here (backoff_ms caps it anyway)
 MIN_BYTES = 1
+# Partitions asked in one OffsetForLeaderEpoch: applying its answer may cut logs and rewrite
+# epoch checkpoints (an fsync or two each, on the driver's event loop); after a restart
+# thousands of partitions ask at once, and one answer for all of them held the loop past the
+# broker's session timeout (issue 33); at 10,000 partitions under load even 100 took 1-3 s
+# each. The rest ask in the next request, right after.
+EPOCH_REQUEST_PARTITIONS_MAX = 25
 
 TopicPartition = tuple[str, int]
 
@@ -160,6 +179,9 @@ class SourceFetcher:
         self._last_failure = ""
         self._failing_since_ms: int | None = None  # since when fetches from the source fail
         self._warned_down = False
+        self.session = FollowerSession()  # KIP-227: idle fetches name no partition
+        self._incremental = False  # the Fetch in flight is incremental
+        self.partitions_named_total = 0  # partitions our Fetch requests named
 
     def __repr__(self) -> str:
         return f"SourceFetcher(broker {self.broker_id} <- {self.source_id}, {len(self)} partitions)"
@@ -226,7 +248,8 @@ class SourceFetcher:
                 else:
                     asking.append((f, epoch))
         if asking:
-            return OFFSET_FOR_LEADER_EPOCH, self._epochs_request(asking)
+            return OFFSET_FOR_LEADER_EPOCH, self._epochs_request(
+                asking[:EPOCH_REQUEST_PARTITIONS_MAX])
         fetching = [f for f in ready if f.state is FollowState.FETCHING]
         if not fetching:
             return None
@@ -258,24 +281,35 @@ class SourceFetcher:
     def _fetch_request(self, fetching: list[_Followed]) -> Message:
         start = self._rotation % len(fetching)
         self._rotation += 1
-        topics: dict[str, FetchTopic] = {}
-        sent = {}
+        wanted, sent = {}, {}
         for f in fetching[start:] + fetching[:start]:
             p, plog = f.partition, f.partition.log
-            topic = topics.get(p.topic)
+            end = plog.log_end_offset
+            tp = (p.topic, p.index)
+            wanted[tp] = (f.leader_epoch, end, _last_batch_epoch(plog), plog.log_start_offset,
+                          self.partition_max_bytes)
+            sent[tp] = _Sent(f.generation, end)
+        built = self.session.build(wanted)
+        topics: dict[str, FetchTopic] = {}
+        for (name, index), want in built.send:
+            topic = topics.get(name)
             if topic is None:
-                topic = topics[p.topic] = FetchTopic(topic=p.topic)
-            topic.partitions.append(FetchPartition(
-                partition=p.index, current_leader_epoch=f.leader_epoch,
-                fetch_offset=plog.log_end_offset, last_fetched_epoch=_last_batch_epoch(plog),
-                log_start_offset=plog.log_start_offset,
-                partition_max_bytes=self.partition_max_bytes))
-            sent[(p.topic, p.index)] = _Sent(f.generation, plog.log_end_offset)
+                topic = topics[name] = FetchTopic(topic=name)
+            topic.partitions.append(fetch_partition(index, want))
+        forgotten: dict[str, ForgottenTopic] = {}
+        for name, index in built.forget:
+            gone = forgotten.get(name)
+            if gone is None:
+                gone = forgotten[name] = ForgottenTopic(topic=name)
+            gone.partitions.append(index)
         self._in_flight = (FETCH, sent)
+        self._incremental = not built.full
+        self.partitions_named_total += len(built.send)
         return FetchRequest(replica_id=self.broker_id, max_wait_ms=self.max_wait_ms,
                             min_bytes=MIN_BYTES, max_bytes=self.fetch_max_bytes,
-                            isolation_level=0, session_id=0, session_epoch=-1,
-                            topics=list(topics.values()))
+                            isolation_level=0, session_id=built.session_id,
+                            session_epoch=built.session_epoch, topics=list(topics.values()),
+                            forgotten_topics_data=list(forgotten.values()))
 
     # ----------------------------------------------------------------------------- answers
     def on_response(self, api_key: int, response: Any) -> list[TopicPartition]:
@@ -293,6 +327,11 @@ class SourceFetcher:
         self._failing_since_ms, self._warned_down = None, False
         changed: set[TopicPartition] = set()
         answered: set[TopicPartition] = set()
+        if api_key == FETCH and not self.session.on_answer(response.error_code,
+                                                           response.session_id):
+            log.info("broker %d: broker %d refused our fetch session (%s): a full fetch next",
+                     self.broker_id, self.source_id, name_of(response.error_code))
+            return []
         if api_key == FETCH and response.error_code:
             for tp in sent:
                 self._answered_error(tp, sent[tp], response.error_code)
@@ -311,6 +350,8 @@ class SourceFetcher:
                     f = self._current(tp, sent, answered)
                     if f is not None:
                         self._guarded(f, self._on_epoch_end, f, a, changed)
+        if api_key == FETCH and self._incremental:
+            return sorted(changed)  # an incremental answer leaves out what has no news
         for tp in sent.keys() - answered:  # the leader left it out: try again later
             f = self._followed.get(tp)
             if f is not None and f.generation == sent[tp].generation:
@@ -319,6 +360,8 @@ class SourceFetcher:
 
     def on_failure(self, reason: str) -> None:
         """The connection was lost, or the request timed out: every partition backs off."""
+        if self._in_flight is not None and self._in_flight[0] == FETCH:
+            self.session.on_failure()
         self._in_flight = None
         now_ms = self.clock()
         if self._failing_since_ms is None:

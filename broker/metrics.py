@@ -217,6 +217,17 @@ def _read_path_metrics(state: Any) -> Iterator[Metric]:
     yield CounterMetricFamily("epochlog_broker_stale_follower_answers",
                               "Replica fetches answered at once to tell a new high watermark.",
                               value=state.stale_follower_answers_total if state else 0)
+    for name, help_text, attr in (
+            ("replica_fetches", "Fetch requests from followers answered.",
+             "replica_fetches_total"),
+            ("replica_fetch_partitions_named", "Partitions named by followers' Fetch requests "
+             "(an incremental session names only those whose fetch changed).",
+             "replica_fetch_partitions_named_total"),
+            ("replica_fetch_partitions_answered", "Partitions listed in answers to followers' "
+             "Fetch requests (an incremental answer lists only those with news).",
+             "replica_fetch_partitions_answered_total")):
+        yield CounterMetricFamily(f"epochlog_broker_{name}", help_text,
+                                  value=getattr(state, attr) if state else 0)
     yield _gauge("epochlog_broker_fetch_sessions", "Incremental fetch sessions kept (KIP-227).",
                  len(sessions) if sessions is not None else 0)
     for name, help_text, attr in (

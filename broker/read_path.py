@@ -23,3 +23,6 @@ class ReadPath:
     follower_fetch_bytes_total: int = 0
     preferred_replica_answers_total: int = 0  # partitions answered with a preferred replica
     stale_follower_answers_total: int = 0  # replica fetches answered at once for a new HW
+    replica_fetches_total: int = 0  # Fetch requests from followers answered
+    replica_fetch_partitions_named_total: int = 0  # partitions those requests named
+    replica_fetch_partitions_answered_total: int = 0  # partitions their answers listed

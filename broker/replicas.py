@@ -315,7 +315,7 @@ class ReplicaManager:
     async def flush_due_logs(self) -> None:
         """fsync every log whose flush is due, on an executor thread, one log at a time."""
         loop = asyncio.get_running_loop()
-        for each in list(self.logs.logs.values()):
+        for each in self.logs.unflushed():  # only logs with something to flush: not all
             if each.deleted:  # its topic went while an earlier job ran: nothing to flush
                 continue
             if each.flush_due():

@@ -58,7 +58,7 @@ BROKER_FLOORS: list[tuple[str, frozenset[str]]] = [
         "fetch_sessions", "read_path", "replica_selector", "controller_link", "topic_configs",
         "metadata_cache", "fencing", "producer_ids", "config", "error_answers",
         "controller_session", "control_hold", "source_fetchers", "isr_schedule",
-        "fetch_wait", "listeners", "principal", "tls"})),
+        "fetch_wait", "listeners", "principal", "tls", "follower_session"})),
     ("storage", frozenset({"storage", "clock"})),
 ]
 
@@ -247,7 +247,8 @@ def test_the_broker_reads_as_one_stack() -> None:
 # drive the same code.
 SANS_IO = ("coordinator_shards.py", "groups/core.py", "groups/state.py", "groups/txn_offsets.py",
            "txn/core.py", "txn/state.py", "txn/markers_left.py", "controller_session.py",
-           "control_hold.py", "source_fetchers.py", "isr_schedule.py", "fetch_wait.py")
+           "control_hold.py", "source_fetchers.py", "isr_schedule.py", "fetch_wait.py",
+           "follower_session.py")
 NOT_IN_SANS_IO = frozenset({"asyncio", "socket", "selectors", "time", "threading"})
 
 

@@ -167,7 +167,8 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             return done
         if not await replicas.fetch_purgatory.wait_until(
                 [(topic, p.partition) for topic, p in plan.wants],
-                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now_ms):
+                lambda: parked.moved(positions(app, plan)), parked.deadline_ms - now_ms,
+                checked=True):  # read_or_park just parked on the positions of now
             return finish(app, plan, done)
 
 
@@ -390,6 +391,10 @@ def finish(app: BrokerApp, plan: Plan, done: Read) -> FetchResponse:
                                  d.error_code) for topic, d in sent])
     if plan.from_replica:
         _note_high_watermarks_sent(app, plan.request.replica_id, sent, state)
+        state.replica_fetches_total += 1
+        state.replica_fetch_partitions_named_total += sum(
+            len(t.partitions) for t in plan.request.topics)
+        state.replica_fetch_partitions_answered_total += len(sent)
     else:
         _count_consumer_reads(state, sent, done)
     topics: dict[str, FetchableTopicResponse] = {}

@@ -55,7 +55,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from epochlog.protocol.batch import (
@@ -174,15 +174,29 @@ class Log:
         self.producer_state = ProducerStateManager()
         self.snapshots = ProducerSnapshots(directory)
         self.producer_batches_replayed = 0  # by the last rebuild of the producer state
+        # Told (by LogManager) whenever the log gets something to flush, so that the periodic
+        # flush looks at those logs only, not at every log of the broker (issue 33).
+        self.on_unflushed: Callable[[Log], None] | None = None
         self._unflushed_messages = 0
         self._last_flush_ms = clock()
-        self._dir_dirty = False
+        self._dir_dirty_flag = False
         self._generation = 0  # bumped by every truncation at the end
         self.offset_gaps_allowed = False  # see OFFSET_GAPS_FILE
         self.deleted = False  # set by LogManager.delete_log: a write still racing is no
         # failure of the disk (write_failed)
         self.disk: DiskHealth | None = None  # the data dir's, set by LogManager
         self.truncations: Truncations | None = None  # the data dir's, set by LogManager
+
+    @property
+    def _dir_dirty(self) -> bool:
+        """The folder changed (a file made, renamed or removed): its next flush fsyncs it."""
+        return self._dir_dirty_flag
+
+    @_dir_dirty.setter
+    def _dir_dirty(self, dirty: bool) -> None:
+        self._dir_dirty_flag = dirty
+        if dirty and self.on_unflushed is not None:
+            self.on_unflushed(self)
 
     def write_failed(self, what: str, exc: OSError
                      ) -> DiskWriteFailed | DescriptorsExhausted | LogDeleted:
@@ -207,11 +221,15 @@ class Log:
     @classmethod
     def open(cls, directory: str, config: LogConfig, clock: Clock, *, recovery_point: int = 0,
              log_start_offset: int = 0, high_watermark: int = 0,
-             clean_shutdown: bool = False, files: OpenFiles | None = None) -> Log:
+             clean_shutdown: bool = False, files: OpenFiles | None = None,
+             sync_parent: bool = True) -> Log:
+        """sync_parent=False: a new folder's entry in the data dir is made durable by the
+        caller (LogManager.creating_logs: one fsync for many new logs)."""
         self = cls(directory, config, clock, files)
         if not os.path.isdir(directory):
             os.makedirs(directory)
-            fsync_dir(os.path.dirname(os.path.abspath(directory)))
+            if sync_parent:
+                fsync_dir(os.path.dirname(os.path.abspath(directory)))
         swapped = complete_interrupted_swaps(directory)
         self._remove_strays()
         self.offset_gaps_allowed = os.path.exists(os.path.join(directory, OFFSET_GAPS_FILE))
@@ -366,12 +384,29 @@ class Log:
         self.epoch_cache.truncate_from_end(self.log_end_offset + 1)
         self.epoch_cache.truncate_from_start(self.log_start_offset)
 
-    def close(self) -> None:
+    def close(self, *, snapshot: bool = True) -> None:
         """Close the files, with a producer snapshot at the log end (fsynced: after a clean
-        shutdown the next open reads it and replays nothing)."""
-        self._take_snapshot(sync=True)
+        shutdown the next open reads it and replays nothing). snapshot=False: the caller took
+        it already (close_snapshot) and flushed it."""
+        if snapshot:
+            self.close_snapshot(sync=True)
         for segment in self._segments:
             segment.close()
+
+    def close_snapshot(self, *, sync: bool) -> bool:
+        """The producer snapshot a clean shutdown leaves at the log end; whether one was
+        written. None is when the newest snapshot is already there (nothing was appended since:
+        Kafka's rule), or the log holds nothing and never had a snapshot: at 10,000 partitions,
+        two fsyncs each made a clean stop take minutes (issue 33). sync=False: the next flush
+        makes it durable (LogManager.close flushes every log after)."""
+        end = self.log_end_offset
+        offsets = self.snapshots.offsets()
+        if offsets and offsets[-1] == end and not (sync and self.snapshots.unsynced(end)):
+            return False
+        if not offsets and end == self.log_start_offset and not self.producer_state.producers:
+            return False
+        self._take_snapshot(sync=sync)
+        return True
 
     # --- state ---
 
@@ -523,6 +558,8 @@ class Log:
             if aborted is not None:  # never fails: kept in memory until the file takes it
                 self.active_segment.txn_index.append(aborted)
             self._unflushed_messages += header.record_count
+        if self.on_unflushed is not None:
+            self.on_unflushed(self)
         if self.auto_flush and self.flush_due():
             with contextlib.suppress(DiskWriteFailed, DescriptorsExhausted):  # the batches are
                 # in: a flush comes again
@@ -630,6 +667,11 @@ class Log:
         return True
 
     # --- flushing ---
+
+    @property
+    def has_unflushed(self) -> bool:
+        """Something awaits a flush (flush_due says whether it is due)."""
+        return self._unflushed_messages > 0 or self._dir_dirty_flag
 
     def flush_due(self) -> bool:
         if self._unflushed_messages == 0 and not self._dir_dirty:

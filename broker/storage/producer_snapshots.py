@@ -25,7 +25,10 @@ Reading checks everything: size bounded (SNAPSHOT_BYTES_MAX), version, CRC, the 
 the size, each field in range, a producer's entries consecutive, ordered and agreeing.
 A snapshot that fails is deleted and the next older one tried (CorruptSnapshot).
 Writing: a temporary file renamed into place; at a roll without fsync (the next flush fsyncs
-it; a snapshot lost or torn by a power loss fails its CRC and is skipped), at close with one.
+it; a snapshot lost or torn by a power loss fails its CRC and is skipped), at close without one
+too, the close's flush of every log then making it durable before the clean-shutdown marker
+(log_manager.py). A close writes none when the newest is already at the log end (Kafka's rule)
+or the log never held anything (Log.close_snapshot).
 """
 
 from __future__ import annotations
@@ -185,6 +188,10 @@ class ProducerSnapshots:
             self._unsynced.append(path)
         for old in self.offsets()[:-SNAPSHOTS_KEPT_MAX]:
             self._delete(old)
+
+    def unsynced(self, offset: int) -> bool:
+        """Whether the snapshot at offset was written without fsync, not yet flushed."""
+        return self.path(offset) in self._unsynced
 
     def take_unsynced(self) -> list[int]:
         """Descriptors of the snapshots written without fsync, for a flush to fsync and close

@@ -507,3 +507,72 @@ def test_a_truncation_without_a_descriptor_backs_off_that_partition_and_is_done_
     clock.advance(fetcher.next_wakeup_ms() - clock())
     sync(fetcher, leader)
     assert follower.batches() == leader.batches()
+
+
+# --------------------------------------------------------------- incremental fetch sessions
+def named(message: Any) -> list[int]:
+    return [p.partition for t in message.topics for p in t.partitions]
+
+
+def test_a_caught_up_follower_names_no_partition_and_the_leader_lists_none(pair, clock) -> None:
+    """KIP-227, as Kafka's replica fetcher: after the full fetch that opens the session, an idle
+    fetch names no partition and its answer lists none; new records reach the follower through
+    the session; a session the leader lost costs one full fetch, and no partition backs off."""
+    leader, follower = pair
+    leader.become(LEADER, 0)
+    leader.write(0, 2)
+    fetcher = new_fetcher(clock)
+    follow(follower, 0, fetcher)
+    sync(fetcher, leader)
+    assert fetcher.session.session_id != 0
+
+    _, request = fetcher.next_request()  # type: ignore[misc]
+    assert request.session_epoch > 0 and named(request) == []
+    key, answer, changed = exchange_sent(fetcher, leader, request)
+    assert answer.responses == [] and changed == []
+    assert fetcher.state_of(TOPIC, 0) is FollowState.FETCHING
+
+    leader.write(0, 1)
+    sync(fetcher, leader)
+    assert follower.batches() == leader.batches()
+
+    leader.app.read_path = None  # the leader forgets its sessions (as after a restart)
+    _, request = fetcher.next_request()  # type: ignore[misc]
+    _, answer, _ = exchange_sent(fetcher, leader, request)
+    assert answer.error_code == ErrorCode.FETCH_SESSION_ID_NOT_FOUND
+    assert fetcher.session.reset_total == 1
+    _, request = fetcher.next_request()  # type: ignore[misc]  # at once: no back-off
+    assert request.session_epoch == 0 and named(request) == [0]
+    exchange_sent(fetcher, leader, request)
+    assert fetcher.session.session_id != 0 and fetcher.session.epoch == 1
+
+
+def exchange_sent(fetcher: SourceFetcher, leader: Replica, message: Any
+                  ) -> tuple[int, Any, list[Any]]:
+    """`exchange` for a Fetch the test already took from next_request."""
+    api = APIS[FETCH]
+    version = api.max_version
+    message = api.decode_request(api.encode_request(message, version), version)
+    answer = HANDLERS[FETCH](leader.app, message, version)
+    answer = api.decode_response(api.encode_response(answer, version), version)
+    return FETCH, answer, fetcher.on_response(FETCH, answer)
+
+
+def test_after_a_restart_epochs_are_asked_a_bounded_number_of_partitions_at_a_time(
+        tmp_path, clock) -> None:
+    """Applying an OffsetForLeaderEpoch answer may rewrite each partition's epoch checkpoint
+    (fsyncs on the event loop): one request naming thousands held a restarted broker's loop
+    past its session timeout. At most EPOCH_REQUEST_PARTITIONS_MAX per request; the others
+    follow in the next requests."""
+    from epochlog.broker.follower import EPOCH_REQUEST_PARTITIONS_MAX
+    count = EPOCH_REQUEST_PARTITIONS_MAX + 30
+    fetcher = new_fetcher(clock)
+    for index in range(count):
+        plog = open_log(tmp_path / f"{TOPIC}-{index}", SMALL, clock)
+        plog.append_as_leader(make_batch(1), 0)  # an epoch of its own: it asks
+        p = Partition(TOPIC, index, FOLLOWER, plog, clock)
+        assert p.apply(PartitionState(LEADER, 1, 1, (LEADER, FOLLOWER), (LEADER, FOLLOWER)))
+        fetcher.add(p)
+    key, first = fetcher.next_request()  # type: ignore[misc]
+    assert key == OFFSET_FOR_LEADER_EPOCH
+    assert sum(len(t.partitions) for t in first.topics) == EPOCH_REQUEST_PARTITIONS_MAX
