@@ -15,6 +15,10 @@ Producer. Then, in the same run:
   acks=all, then flush) of the same records;
 - write, Spark: a DataFrame of the same rows (built by Spark from a range) written with
   `.write.format("epochlog")` (idempotent, acks=all).
+- stream, Spark: a streaming query (trigger availableNow, micro-batches of --records / 4) reading
+  the topic through the source and writing it to another through the sink, at-least-once (the
+  yardstick of this pair) and with deliveryGuarantee=exactly-once (a transaction per task per
+  micro-batch). Goal (issue 31): exactly-once >= 0.5x at-least-once.
 
 - read, Spark's own ceiling: a Python source that yields the same number of rows as ready-made
   Arrow batches in the same schema, with no cluster behind it: what Spark itself costs.
@@ -122,6 +126,20 @@ def ceiling_source(records: int, partitions: int) -> Any:
     return Ceiling
 
 
+def stream_copy(spark: Any, bootstrap: str, topic: str, out: str, records: int,
+                guarantee: str, checkpoint: str) -> None:
+    """topic -> out as a streaming query of a few micro-batches, until it has read everything."""
+    query = (spark.readStream.format("epochlog").option("kafka.bootstrap.servers", bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("maxOffsetsPerTrigger", max(1, records // 4)).load()
+             .selectExpr("key", "value").writeStream.format("epochlog")
+             .option("kafka.bootstrap.servers", bootstrap).option("topic", out)
+             .option("deliveryGuarantee", guarantee).option("kafka.linger.ms", str(LINGER_MS))
+             .option("kafka.batch.size", str(BATCH_BYTES))
+             .option("checkpointLocation", checkpoint).trigger(availableNow=True).start())
+    query.awaitTermination()
+
+
 def best(rounds: int, run: Any) -> float:
     return max(run() for _ in range(rounds))
 
@@ -184,6 +202,16 @@ def main() -> None:
                     .option("kafka.bootstrap.servers", cluster.bootstrap_servers)
                     .option("topic", out_topic).option("kafka.linger.ms", str(LINGER_MS))
                     .option("kafka.batch.size", str(BATCH_BYTES)).save()))
+                runs = iter(range(1_000))
+
+                def copy(guarantee: str) -> float:
+                    checkpoint = str(root / f"checkpoint-{next(runs)}")  # a new query each time
+                    return timed_rate(args.records, lambda: stream_copy(
+                        spark, cluster.bootstrap_servers, topic, out_topic, args.records,
+                        guarantee, checkpoint))
+
+                at_least_once_rate = best(args.rounds, lambda: copy("at-least-once"))
+                exactly_once_rate = best(args.rounds, lambda: copy("exactly-once"))
             finally:
                 spark.stop()
     finally:
@@ -202,7 +230,12 @@ def main() -> None:
     print(f"{'write: plain Producer loop (yardstick)':46} {produce_rate:>12,.0f} {'1.00x':>13}")
     print(f"{'write: Spark write.format(epochlog)':46} {write_rate:>12,.0f} "
           f"{write_rate / produce_rate:>12.2f}x")
-    print("goal: Spark read >= 0.8x the plain loop on local[2]")
+    print(f"{'stream: source -> sink, at-least-once (yardstick)':46} "
+          f"{at_least_once_rate:>12,.0f} {'1.00x':>13}")
+    print(f"{'stream: source -> sink, exactly-once':46} {exactly_once_rate:>12,.0f} "
+          f"{exactly_once_rate / at_least_once_rate:>12.2f}x")
+    print("goals: Spark read >= 0.8x the plain loop on local[2]; exactly-once >= 0.5x "
+          "at-least-once")
 
 
 if __name__ == "__main__":
