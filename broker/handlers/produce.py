@@ -1,4 +1,4 @@
-"""Produce (key 0), versions 3-9.
+"""Produce (key 0), versions 3-10.
 
 v3 is the first with RecordBatch v2, the only format accepted (magic 0/1 batches get
 UNSUPPORTED_FOR_MESSAGE_FORMAT); v5 answers log_start_offset; v8 error messages and, for a batch
@@ -7,7 +7,8 @@ timestamp out of bounds: INVALID_TIMESTAMP), record_errors naming each by its in
 (KIP-467), as Kafka does, so a client fails those records and the rest apart; v9 is flexible
 and carries epochlog's KIP-359 field: each partition's `current_leader_epoch` (tagged field 359,
 protocol/apis/produce.py), fenced as Fetch is: older than the leader's epoch -> FENCED_LEADER_EPOCH,
-newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check.
+newer -> UNKNOWN_LEADER_EPOCH, -1 or absent -> no check; v10 (KIP-951) names the current leader
+and its endpoint beside NOT_LEADER_OR_FOLLOWER and FENCED_LEADER_EPOCH (`hint_leaders`).
 
 Each partition's records are exactly one batch (Kafka's rule since v3: more is INVALID_RECORD),
 whose structure is checked here (whole, magic 2, size against message_max_bytes, not a control
@@ -52,6 +53,8 @@ from typing import TYPE_CHECKING
 from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.produce import (
     BatchIndexAndErrorMessage,
+    LeaderIdAndEpoch,
+    NodeEndpoint,
     PartitionProduceData,
     PartitionProduceResponse,
     ProduceRequest,
@@ -160,7 +163,31 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
         return None
     if request.acks == -1 and waits:
         await wait_for_replication(replicas_of(ctx.app), waits, request.timeout_ms)
+    hint_leaders(ctx.app, response, ctx.listener)
     return response
+
+
+def hint_leaders(app: BrokerApp, response: ProduceResponse, listener: str) -> None:
+    """KIP-951 (v10): each partition refused as not led here (NOT_LEADER_OR_FOLLOWER,
+    FENCED_LEADER_EPOCH) names the leader our metadata knows, and the answer carries that
+    leader's endpoint on the listener the request came in on. Older versions drop both."""
+    md = app.metadata
+    endpoints: dict[int, NodeEndpoint] = {}
+    for topic in response.responses:
+        for answer in topic.partition_responses:
+            if answer.error_code not in (E.NOT_LEADER_OR_FOLLOWER, E.FENCED_LEADER_EPOCH):
+                continue
+            info = md.partition(topic.name, answer.index)
+            if info is None or info.leader < 0 or info.leader not in md.brokers:
+                continue
+            answer.current_leader = LeaderIdAndEpoch(leader_id=info.leader,
+                                                     leader_epoch=info.leader_epoch)
+            if info.leader not in endpoints:
+                broker = md.brokers[info.leader]
+                host, port = broker.endpoint(listener)
+                endpoints[info.leader] = NodeEndpoint(node_id=info.leader, host=host, port=port,
+                                                      rack=broker.rack)
+    response.node_endpoints = [endpoints[n] for n in sorted(endpoints)]
 
 
 def append_all(app: BrokerApp, request: ProduceRequest
@@ -189,4 +216,4 @@ def append_all(app: BrokerApp, request: ProduceRequest
     return ProduceResponse(responses=topics), waits
 
 
-register(ApiKey.PRODUCE, 3, 9, handle)
+register(ApiKey.PRODUCE, 3, 10, handle)
