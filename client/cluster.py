@@ -36,7 +36,7 @@ import random
 import ssl
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from epochlog.protocol.api_keys import ApiKey
@@ -421,6 +421,22 @@ class ClusterClient:
         if known is not None and view.leader_epoch < known.leader_epoch:
             return  # an older view from a lagging broker: keep the newer one
         self.partitions[(view.topic, view.partition)] = view
+
+    def learn_leader(self, topic: str, partition: int, leader: int, leader_epoch: int,
+                     endpoint: BrokerAddress | None) -> bool:
+        """KIP-951: a broker's answer named the partition's current leader (and its endpoint).
+        Taken when it is newer than what we know (a higher leader epoch) and we can reach it;
+        whether it was taken. The rest of the partition's view stays until the next refresh."""
+        known = self.partitions.get((topic, partition))
+        if known is None or leader < 0 or leader_epoch <= known.leader_epoch:
+            return False
+        if leader not in self.brokers:
+            if endpoint is None or endpoint.node_id != leader:
+                return False
+            self.brokers[leader] = endpoint
+        self.partitions[(topic, partition)] = replace(known, leader=leader,
+                                                      leader_epoch=leader_epoch)
+        return True
 
     def partitions_of(self, topic: str) -> list[PartitionView]:
         return sorted((v for (t, _), v in self.partitions.items() if t == topic),

@@ -86,7 +86,7 @@ from epochlog.protocol.error_codes import ErrorCode, info
 from epochlog.protocol.registry import APIS
 
 from .accumulator import Accumulator, Batch, PartitionQueue, ProducerIdentity
-from .cluster import Bootstrap, ClusterClient
+from .cluster import Bootstrap, BrokerAddress, ClusterClient
 from .connection import NoCommonVersion
 from .errors import (
     BufferFullError,
@@ -310,6 +310,7 @@ class Producer:
         self.retries_total = 0
         self.fenced_epoch_errors = 0
         self.unknown_epoch_errors = 0
+        self.leaders_learned = 0  # KIP-951: new leaders taken from produce answers
         self.epoch_bumps = 0
         self.produce_requests = 0
         self.request_bytes_max_seen = 0  # the most bytes of batches one request carried
@@ -958,9 +959,21 @@ class Producer:
                     b.log_append_time = p.log_append_time_ms
                     self._done(b)
                 else:
+                    if p.current_leader.leader_id >= 0:  # KIP-951 (Produce v10)
+                        self._learn_leader(b.tp, p.current_leader.leader_id,
+                                           p.current_leader.leader_epoch, answer)
                     self._answer_error(node, b, code, p.error_message)
         for b in by_tp.values():  # a partition the broker did not answer for
             self._retry(b, KafkaConnectionError(f"broker {node} did not answer for {b.tp}"))
+
+    def _learn_leader(self, tp: TopicPartition, leader: int, leader_epoch: int,
+                      answer: ProduceResponse) -> None:
+        """The answer named the partition's new leader: taken into the metadata, so the retry
+        goes there without waiting for a refresh (the refresh asked for still comes)."""
+        endpoint = next((BrokerAddress(e.node_id, e.host, e.port, e.rack)
+                         for e in answer.node_endpoints if e.node_id == leader), None)
+        if self.cluster.learn_leader(tp.topic, tp.partition, leader, leader_epoch, endpoint):
+            self.leaders_learned += 1
 
     def _answer_error(self, node: int, b: Batch, code: int, message: str | None) -> None:
         acc = self._acc
@@ -1064,6 +1077,7 @@ class Producer:
                 "retries_total": self.retries_total,
                 "fenced_leader_epoch_errors_total": self.fenced_epoch_errors,
                 "unknown_leader_epoch_errors_total": self.unknown_epoch_errors,
+                "leaders_learned_total": self.leaders_learned,
                 "producer_epoch_bumps_total": self.epoch_bumps,
                 "produce_requests_total": self.produce_requests,
                 "produce_request_bytes_max": self.request_bytes_max_seen,

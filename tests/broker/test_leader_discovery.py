@@ -39,3 +39,23 @@ def test_a_produce_to_a_follower_names_the_leader_and_its_endpoint(epochlog_clus
     written = c.brokers[leader].call(ApiKey.PRODUCE, request, version=10)
     assert written.responses[0].partition_responses[0].error_code == ErrorCode.NONE
     assert written.node_endpoints == []  # nothing to point at
+
+
+async def test_our_producer_follows_the_named_leader(epochlog_cluster: Any) -> None:
+    """Our Producer takes the leader a v10 answer names: its metadata still says the old leader
+    (restarted since, a follower now), the retry goes to the new one at once."""
+    from epochlog.client import Producer
+
+    c = epochlog_cluster(brokers=3)
+    c.create_topic("moved", partitions=1, replication_factor=3)
+    c.wait_fully_replicated("moved")
+    old = c.leader_of("moved", 0)
+    others = ",".join(c.brokers[b].address for b in sorted(c.brokers) if b != old)
+    async with Producer(others, acks="all") as producer:
+        await (await producer.send("moved", b"before", partition=0))
+        c.restart(old)  # controlled shutdown: the leadership moves, and it comes back a follower
+        c.wait_fully_replicated("moved")
+        assert c.leader_of("moved", 0) != old
+        meta = await (await producer.send("moved", b"after", partition=0))
+        assert meta.offset == 1
+        assert producer.metrics()["leaders_learned_total"] >= 1, producer.metrics()
