@@ -8,15 +8,17 @@ For each figure of --partitions: a controller and three brokers as real children
 yardstick: the empty cluster's idle CPU, RSS and descriptors per broker and its Metadata (all
 topics) round trip. Then topics of at most 10,000 partitions (the controller's per-topic bound),
 replication factor 3, are created until the figure is reached; each refusal is printed with its
-message. Once every partition has a leader (Metadata) and IDLE_SETTLE_S have passed: per broker,
-the descriptors held (/proc/PID/fd), idle CPU over IDLE_S (utime + stime from /proc/PID/stat) and
-RSS; the Metadata (all topics) round trip (median of 5). --beyond, on the last cluster: topics
-are asked for up to that many partitions in all; what cannot be hosted must be refused cleanly
-(POLICY_VIOLATION and its message), with every broker still up. Then the time from a SIGKILL of
-broker 2 until every partition has a leader that is alive (Metadata from broker 1, polled);
-broker 2 started again; then a rolling restart (each broker stopped with SIGTERM, waited for up
-to STOP_S, started, and waited for until every partition has a leader again), each clean stop's
-duration and the whole.
+message. Once every partition has a leader (Metadata), IDLE_SETTLE_S have passed and the brokers
+have settled (windows of IDLE_S until each broker's CPU stays within 2 points or 20% of the window
+before, at most SETTLE_S_MAX; at scale the brokers still create logs for minutes after "led"): per
+broker, the descriptors held (/proc/PID/fd), idle CPU over IDLE_S (utime + stime from
+/proc/PID/stat) and RSS; the Metadata (all topics) round trip (median of 5). --beyond, on the last
+cluster: topics are asked for up to that many partitions in all; what cannot be hosted must be
+refused cleanly (POLICY_VIOLATION and its message), with every broker still up. Then the time from
+a SIGKILL of broker 2 until every partition has a leader that is alive (Metadata from broker 1,
+polled); broker 2 started again; then a rolling restart (each broker stopped with SIGTERM, waited
+for up to STOP_S, started, and waited for until every partition has a leader again), each clean
+stop's duration and the whole.
 "Led" is what Metadata answers (the controller's decision), not yet each log opened.
 Figures vary from run to run on a shared 2-core machine: compare each with its yardstick.
 """
@@ -45,6 +47,8 @@ from epochlog.testing.cluster import Cluster  # noqa: E402
 
 TOPIC_PARTITIONS_MAX = 10_000
 IDLE_SETTLE_S, IDLE_S = 40.0, 10.0  # settle: past FILE_IDLE_MS_MAX, so idle files are closed
+SETTLE_S_MAX = 900.0  # at 10,000 partitions the brokers work for minutes after "all led"
+SETTLED_POINTS, SETTLED_SHARE = 2.0, 0.2  # a window this close to the one before: settled
 WAIT_S = 900.0
 STOP_S = 600.0  # a clean stop of a broker hosting 10,000 partitions takes far more than 30 s
 POLL_S = 0.5
@@ -81,6 +85,26 @@ def per_broker(cluster: Cluster) -> dict[int, tuple[int, float, float]]:
     time.sleep(IDLE_S)
     return {i: (descriptors(p), 100 * (cpu_s(p) - before[i]) / IDLE_S, rss_mb(p))
             for i, p in pids.items()}
+
+
+def settled(cluster: Cluster) -> dict[int, tuple[int, float, float]]:
+    """per_broker once the brokers are done with what the creation left them (logs still
+    being created and made durable, idle files being closed): windows of IDLE_S until every
+    broker's CPU is within SETTLED_POINTS or SETTLED_SHARE of its previous window, at most
+    SETTLE_S_MAX; each window shown, so a long settle shows progress."""
+    began = time.perf_counter()
+    last = per_broker(cluster)
+    while time.perf_counter() - began < SETTLE_S_MAX:
+        now = per_broker(cluster)
+        print(f"  settling ({time.perf_counter() - began:.0f} s): CPU "
+              f"{', '.join(f'{now[b][1]:.1f}%' for b in sorted(now))}, descriptors "
+              f"{', '.join(str(now[b][0]) for b in sorted(now))}", flush=True)
+        if all(abs(now[b][1] - last[b][1]) <= max(SETTLED_POINTS, SETTLED_SHARE * last[b][1])
+               for b in now):
+            return now
+        last = now
+    print(f"  not settled within {SETTLE_S_MAX:.0f} s: the last window stands", flush=True)
+    return last
 
 
 def metadata(cluster: Cluster, broker: int = 1) -> object:
@@ -163,7 +187,7 @@ def run(partitions: int, limit: int, base: Path, beyond: int | None) -> None:
         print(f"  {accepted} partitions accepted, all led {time.perf_counter() - began:.1f} s "
               f"after the first request ({led_s:.1f} s after the last answer)", flush=True)
         time.sleep(IDLE_SETTLE_S)
-        show("hosting", per_broker(cluster))
+        show("hosting", settled(cluster))
         print(f"  Metadata (all topics): {metadata_ms(cluster):.1f} ms", flush=True)
         if beyond is not None and beyond > accepted:
             more, refusals = create_up_to(cluster, beyond - accepted, 100)
