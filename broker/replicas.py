@@ -277,7 +277,12 @@ class ReplicaManager:
         return gone
 
     # ------------------------------------------------------------------------- StopReplica
-    def stop_replica(self, topic: str, index: int, leader_epoch: int, delete: bool) -> int:
+    def stop_replica(self, topic: str, index: int, leader_epoch: int, delete: bool, *,
+                     forget_topic: bool = True) -> int:
+        """Stop serving (and with delete, delete) one replica; an error code. forget_topic
+        False: the caller forgets the topics left without replicas once its request is done
+        (`forget_unused_topics`), as looking at every replica per partition costs O(n^2) for
+        a request naming thousands."""
         partition = self.partitions.get((topic, index))
         if (partition is not None and leader_epoch not in NO_EPOCH_CHECK
                 and leader_epoch < partition.leader_epoch):
@@ -285,12 +290,19 @@ class ReplicaManager:
                         "(FENCED_LEADER_EPOCH)", partition.name, leader_epoch,
                         partition.leader_epoch)
             return ErrorCode.FENCED_LEADER_EPOCH
-        self._remove(topic, index, delete)
+        self._remove(topic, index, delete, forget_topic=forget_topic)
         log.info("%s-%d: stopped (leader epoch %d)%s", topic, index, leader_epoch,
                  ", deleted" if delete else "")
         return 0
 
-    def _remove(self, topic: str, index: int, delete: bool) -> None:
+    def forget_unused_topics(self, topics: set[str]) -> None:
+        """Forget the settings of each of topics that no replica or log here holds any more."""
+        held = {t for t, _ in self.partitions} | {t for t, _ in self.logs.logs}
+        for topic in topics - held:
+            self.topic_configs.forget(topic)
+
+    def _remove(self, topic: str, index: int, delete: bool, *, forget_topic: bool = True
+                ) -> None:
         if self.offline.pop((topic, index), None) is not None and self.on_offline_change:
             self.on_offline_change()
         partition = self.partitions.pop((topic, index), None)
@@ -300,8 +312,8 @@ class ReplicaManager:
         self._tell(topic, index, None)  # before a delete: no fetcher may touch the log after
         if delete:
             self.logs.delete_log(topic, index)
-            if not any(t == topic for t, _ in [*self.partitions, *self.logs.logs]):
-                self.topic_configs.forget(topic)
+            if forget_topic:
+                self.forget_unused_topics({topic})
 
     # ---------------------------------------------------------------------- generation end
     def resign_all(self, why: str) -> int:

@@ -8,10 +8,17 @@ for our previous generation, arriving after a bounce (even before our registrati
 refused with STALE_BROKER_EPOCH and changes nothing. Then per partition: a leader
 epoch below ours is FENCED_LEADER_EPOCH (-1 and -2 skip the check; v1-2 carry none); otherwise
 the partition stops being served here, and its folder is deleted when asked.
+
+Applied in slices as LeaderAndIsr is (leader_and_isr.py: SLICE_PARTITIONS_MAX or SLICE_MS_MAX,
+then the loop's turn, and the request must still be admitted): deleting a topic of 10,000
+partitions closes and deletes 10,000 folders, and held the loop meanwhile (issue 33). The topics
+left without replicas are forgotten once, at the end.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from epochlog.protocol.api_keys import ApiKey
@@ -24,9 +31,12 @@ from epochlog.protocol.apis.stop_replica import (
 from . import register
 from ._context import replicas_of
 from ._control import admitted
+from .leader_and_isr import SLICE_MS_MAX, SLICE_PARTITIONS_MAX, YIELD_MS
 
 if TYPE_CHECKING:
     from ._context import RequestContext
+
+log = logging.getLogger("epochlog.broker")
 
 
 def _items(request: StopReplicaRequest, version: int) -> list[tuple[str, int, int, bool]]:
@@ -44,11 +54,31 @@ async def handle(ctx: RequestContext, request: StopReplicaRequest) -> StopReplic
         return None
     if error:
         return StopReplicaResponse(error_code=error)
-    errors = []
-    for topic, index, leader_epoch, delete in _items(request, ctx.version):
-        code = replicas_of(app).stop_replica(topic, index, leader_epoch, delete)
-        errors.append(StopReplicaPartitionError(topic_name=topic, partition_index=index,
-                                                error_code=code))
+    replicas = replicas_of(app)
+    items = _items(request, ctx.version)
+    generation, clock = app.epochs.generation, replicas.clock
+    errors: list[StopReplicaPartitionError] = []
+    try:
+        while len(errors) < len(items):
+            if errors:  # a slice done: the loop's turn, then still ours to apply?
+                await asyncio.sleep(YIELD_MS / 1000)
+                error = app.epochs.still_admits("StopReplica", generation,
+                                                request.controller_epoch)
+                if error:
+                    log.info("broker %d: StopReplica of %d partitions stopped after %d: fenced "
+                             "meanwhile", app.broker_id, len(items), len(errors))
+                    return StopReplicaResponse(error_code=error)
+            deadline = clock() + SLICE_MS_MAX
+            for topic, index, leader_epoch, delete in items[len(errors):
+                                                            len(errors) + SLICE_PARTITIONS_MAX]:
+                code = replicas.stop_replica(topic, index, leader_epoch, delete,
+                                             forget_topic=False)
+                errors.append(StopReplicaPartitionError(topic_name=topic, partition_index=index,
+                                                        error_code=code))
+                if clock() >= deadline:
+                    break
+    finally:
+        replicas.forget_unused_topics({topic for topic, _, _, delete in items if delete})
     return StopReplicaResponse(partition_errors=errors)
 
 
