@@ -318,6 +318,8 @@ class Broker:
             await asyncio.sleep(STORAGE_TICK_MS / 1000)
             await self.replicas.flush_due_logs()
             self.replicas.logs.tick()  # retention and checkpoints, each on its own interval
+            if self.replicas.unopened:  # logs that found no descriptor: one may be free now
+                self.replicas.retry_unopened()
 
     async def _cleaner_loop(self, cleaner: LogCleaner) -> None:
         """Each wake, up to CLEANER_PASSES_PER_WAKE_MAX passes: choose (loop), run (executor

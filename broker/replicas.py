@@ -68,6 +68,7 @@ NO_EPOCH_CHECK = (-1, -2)  # StopReplica leader epochs that skip the check
 # Cutting a damaged log may meet more damage before the cut (the producer state is rebuilt from
 # the batch headers that remain): this many cuts at most, then the replica stays offline.
 REPAIR_CUTS_MAX = 8
+RETRY_OPEN_MAX = 200  # partitions whose open is retried per storage tick (retry_unopened)
 
 
 class ReplicaManager:
@@ -91,6 +92,9 @@ class ReplicaManager:
         # the damage); see the module notes. on_offline_change: the list changed (the
         # controller link heartbeats at once).
         self.offline: dict[TopicPartition, bool] = dict.fromkeys(sorted(logs.cut_at_open), True)
+        # partitions whose log could not be opened for want of descriptors: the state to apply
+        # once one is free (retry_unopened), rather than at the next control request naming them
+        self.unopened: dict[TopicPartition, tuple[PartitionState, bool]] = {}
         self.on_offline_change: Callable[[], None] | None = None
         for topic, index in self.offline:
             log.warning("%s-%d: recovery at start cut committed records: offline until the "
@@ -147,11 +151,14 @@ class ReplicaManager:
         INVALID_REQUEST for a state that breaks the partition's invariants (logged), or
         KAFKA_STORAGE_ERROR for a log the disk refuses to create."""
         partition = self.partitions.get((topic, index))
+        self.unopened.pop((topic, index), None)  # this state supersedes one kept to retry
         if partition is None:
             try:
                 partition = self._open(topic, index, is_new)
             except OSError as exc:  # its folder or files cannot be made (a full disk)
                 self.logs.disk.failed(f"a log for {topic}-{index}", exc)
+                if is_exhaustion(exc):  # not the disk's fault: tried again once one is free
+                    self.unopened[(topic, index)] = (state, is_new)
                 return ErrorCode.KAFKA_STORAGE_ERROR
         elif partition.state is not None and (state.leader_epoch, state.partition_epoch) == (
                 partition.state.leader_epoch, partition.state.partition_epoch):
@@ -290,10 +297,24 @@ class ReplicaManager:
                         "(FENCED_LEADER_EPOCH)", partition.name, leader_epoch,
                         partition.leader_epoch)
             return ErrorCode.FENCED_LEADER_EPOCH
+        self.unopened.pop((topic, index), None)
         self._remove(topic, index, delete, forget_topic=forget_topic)
         log.info("%s-%d: stopped (leader epoch %d)%s", topic, index, leader_epoch,
                  ", deleted" if delete else "")
         return 0
+
+    def retry_unopened(self, count_max: int = RETRY_OPEN_MAX) -> int:
+        """Apply again, up to count_max, the states whose logs found no descriptor; stops at
+        the first that still finds none. How many are served now."""
+        opened = 0
+        for (topic, index), (state, is_new) in list(self.unopened.items())[:count_max]:
+            if self.apply_partition_state(topic, index, state, is_new) != 0:
+                break  # still none free (kept again by apply_partition_state), or refused
+            opened += 1
+        if opened:
+            log.info("opened %d partition log(s) that had found no file descriptor; %d still "
+                     "wait for one", opened, len(self.unopened))
+        return opened
 
     def forget_unused_topics(self, topics: set[str]) -> None:
         """Forget the settings of each of topics that no replica or log here holds any more."""
@@ -317,7 +338,10 @@ class ReplicaManager:
 
     # ---------------------------------------------------------------------- generation end
     def resign_all(self, why: str) -> int:
-        """Stop leading everything (our generation is over); the number resigned."""
+        """Stop leading everything (our generation is over); the number resigned. States kept
+        to retry an open are dropped: they were the old generation's (the next generation's
+        first LeaderAndIsr names what is ours)."""
+        self.unopened.clear()
         resigned = [tp for tp, p in self.partitions.items() if p.resign(why)]
         for tp in resigned:
             self.poke(tp)
