@@ -156,6 +156,7 @@ class ClusterClient:
         self.setup_timeout_max_ms = socket_connection_setup_timeout_max_ms
         self.in_flight_max = in_flight_max
         self._dials: dict[int, asyncio.Task[Connection]] = {}  # attempts under way, per node
+        self._closed = False  # once closed, no new attempt starts (none is left behind)
         # node id -> (consecutive connect failures, monotonic time before which we do not dial)
         self._node_backoff: dict[int, tuple[int, float]] = {}
         self._update_requested = False
@@ -176,6 +177,7 @@ class ClusterClient:
         await self.close()
 
     async def close(self) -> None:
+        self._closed = True
         dials = list(self._dials.values())
         for dial in dials:
             dial.cancel()
@@ -288,7 +290,7 @@ class ClusterClient:
         """Start setting up a connection to node_id in the background, or join the attempt
         under way; None if it is connected already, or in its reconnect backoff (see
         reconnect_in()). The attempt's outcome is the connection() a later call returns."""
-        if self.connected(node_id):
+        if self.connected(node_id) or self._closed:
             return None
         dial = self._dials.get(node_id)
         if dial is None and self.reconnect_in(node_id) <= 0:
@@ -300,6 +302,8 @@ class ClusterClient:
         return max(0.0, self._node_backoff.get(node_id, (0, 0.0))[1] - time.monotonic())
 
     def _start_dial(self, node_id: int) -> asyncio.Task[Connection]:
+        if self._closed:  # an attempt started now would outlive close() and its loop
+            raise ConnectionError(f"broker {node_id}: the client is closed")
         dial = asyncio.get_running_loop().create_task(self._dial(node_id),
                                                       name=f"epochlog-dial-{node_id}")
         self._dials[node_id] = dial
@@ -323,7 +327,11 @@ class ClusterClient:
             self._conns[node_id] = conn
             return conn
         finally:
-            if self._dials.get(node_id) is asyncio.current_task():
+            try:
+                this = asyncio.current_task()
+            except RuntimeError:  # closed with its loop: nothing left to tidy for anyone
+                this = None
+            if this is not None and self._dials.get(node_id) is this:
                 del self._dials[node_id]
 
     def node_failed(self, node_id: int) -> None:

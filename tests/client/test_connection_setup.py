@@ -89,3 +89,14 @@ async def test_every_bootstrap_server_silent_is_one_error_naming_each(frozen_por
             with pytest.raises(ConnectionError, match="no broker answered") as caught:
                 await cluster.any_connection()
     assert f":{frozen_port}: " in str(caught.value) and f":{other_port}: " in str(caught.value)
+
+
+async def test_a_closed_client_starts_no_attempt() -> None:
+    """An attempt started after close() would outlive it and its event loop (pytest saw one
+    destroyed pending, 'Event loop is closed', in a chaos test)."""
+    cluster = ClusterClient("127.0.0.1:9092")
+    cluster.brokers[1] = BrokerAddress(1, "127.0.0.1", 9, None)
+    await cluster.close()
+    assert cluster.dial(1) is None
+    with pytest.raises(ConnectionError, match="closed"):
+        await cluster.connection(1)
