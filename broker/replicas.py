@@ -158,6 +158,9 @@ class ReplicaManager:
             except OSError as exc:  # its folder or files cannot be made (a full disk)
                 self.logs.disk.failed(f"a log for {topic}-{index}", exc)
                 if is_exhaustion(exc):  # not the disk's fault: tried again once one is free
+                    if not self.unopened:  # one line as the first starts to wait
+                        log.warning("%s-%d: its log found no file descriptor; it and any more "
+                                    "that find none wait for one", topic, index)
                     self.unopened[(topic, index)] = (state, is_new)
                 return ErrorCode.KAFKA_STORAGE_ERROR
         elif partition.state is not None and (state.leader_epoch, state.partition_epoch) == (

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,8 +42,14 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         yield c
 
 
-def exhausted(cluster: Cluster) -> bool:
-    return "out of file descriptors" in cluster.brokers[1].log_path.read_text()
+def waiting(cluster: Cluster) -> bool:
+    """The broker said a partition of the topic found no descriptor for its log."""
+    return bool(re.search(r"late-\d+: its log found no file descriptor",
+                          cluster.brokers[1].log_path.read_text()))
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 async def produce_and_read(bootstrap: str, topic: str) -> list[bytes]:
@@ -64,18 +72,25 @@ def test_a_log_that_found_no_descriptor_is_opened_once_one_is_free(cluster: Clus
     try:
         for _ in range(LIMIT):  # more than the broker has left: it stops accepting at EMFILE
             held.append(socket.create_connection((host, int(port)), timeout=10))
+        # every descriptor taken (the rest of the connections wait in the listen backlog, and
+        # the broker's accept takes any descriptor freed within a second)
+        until(lambda: descriptors(broker.pid) >= LIMIT - 1 or None,
+              "the broker's descriptors all taken", WAIT_S)
         # to the controller itself: the broker accepts no connection now
         answer = cluster.call_node("controller", ApiKey.CREATE_TOPICS, CreateTopicsRequest(topics=[
             CreatableTopic(name="late", num_partitions=PARTITIONS, replication_factor=1)],
             timeout_ms=30_000), timeout_s=WAIT_S)
         assert answer.topics[0].error_code == 0, answer
-        until(lambda: exhausted(cluster) or None, "the broker to say it found no descriptor",
-              WAIT_S)
+        until(lambda: waiting(cluster) or None,
+              "the broker to say a log of the topic found no descriptor", WAIT_S)
         assert broker.alive
     finally:
         for s in held:
             with contextlib.suppress(OSError):
                 s.close()
+    # the broker drains its listen backlog (each of those connections closed already)
+    until(lambda: descriptors(broker.pid) < LIMIT // 2 or None,
+          "the broker's descriptors freed", WAIT_S)
     try:
         values = asyncio.run(asyncio.wait_for(
             produce_and_read(cluster.bootstrap_servers, "late"), SERVED_S))
