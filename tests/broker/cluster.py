@@ -75,8 +75,9 @@ class Cluster(_cluster.Cluster):
 
     def create_topic(self, name: str, partitions: int = 1,  # type: ignore[override]
                      replication_factor: int = 1, broker_id: int | None = None,
-                     **configs: str) -> Any:
-        return super().create_topic(name, partitions, replication_factor, configs)
+                     timeout_s: float = WAIT_S, **configs: str) -> Any:
+        return super().create_topic(name, partitions, replication_factor, configs,
+                                    timeout_s=timeout_s)
 
     def leaders(self, topic: str) -> dict[int, tuple[int, int]]:
         """partition -> (leader id, leader epoch), from any broker's metadata."""

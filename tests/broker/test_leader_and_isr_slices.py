@@ -22,6 +22,7 @@ from .cluster import Cluster
 
 TOPIC = "wide"
 PARTITIONS = 1500
+CREATE_S = 120.0
 CREATED = re.compile(r"^(\S+ \S+) INFO epochlog.storage: created log .*/" + TOPIC + r"-\d+$")
 
 
@@ -39,7 +40,8 @@ def test_requests_are_served_while_a_wide_leader_and_isr_is_applied(tmp_path) ->
 
         def create() -> None:
             try:
-                c.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1)
+                c.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1,
+                               timeout_s=CREATE_S)  # 1,500 logs: past the default 20 s
             finally:
                 done.set()
 

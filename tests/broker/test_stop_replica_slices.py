@@ -18,10 +18,11 @@ from epochlog.protocol.api_keys import ApiKey
 from epochlog.protocol.apis.api_versions import ApiVersionsRequest
 from epochlog.protocol.apis.delete_topics import DeleteTopicsRequest
 
-from .cluster import WAIT_S, Cluster
+from .cluster import Cluster
 
 TOPIC = "wide-gone"
 PARTITIONS = 1500
+WAIT_S = 120.0  # 1,500 logs made and deleted on two busy cores: far past the default 20 s
 STOPPED = re.compile(r"^(\S+ \S+) INFO epochlog.broker: " + TOPIC + r"-\d+: stopped .*deleted$")
 
 
@@ -39,7 +40,7 @@ def stopped_span(log_text: str) -> tuple[datetime.datetime, datetime.datetime, i
 def test_requests_are_served_while_a_wide_topic_is_deleted(tmp_path: Path) -> None:
     with Cluster(tmp_path, brokers=1) as c:
         broker = c.broker(1)
-        c.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1)
+        c.create_topic(TOPIC, partitions=PARTITIONS, replication_factor=1, timeout_s=WAIT_S)
         answered: list[datetime.datetime] = []
         done = threading.Event()
 
@@ -65,4 +66,4 @@ def test_requests_are_served_while_a_wide_topic_is_deleted(tmp_path: Path) -> No
         assert len(between) >= 3, (first, last, len(answered))
         data = Path(broker.data_dir)
         c._poll(lambda: not any(p.name.startswith(TOPIC + "-") for p in data.iterdir()),
-                f"every folder of {TOPIC} deleted")
+                f"every folder of {TOPIC} deleted", WAIT_S)
