@@ -163,7 +163,8 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
         return None
     if request.acks == -1 and waits:
         await wait_for_replication(replicas_of(ctx.app), waits, request.timeout_ms)
-    hint_leaders(ctx.app, response, ctx.listener)
+    if ctx.version >= 10:  # older versions carry no leader hint: no work on their answers
+        hint_leaders(ctx.app, response, ctx.listener)
     return response
 
 
